@@ -1,0 +1,1 @@
+//! command stage (being written)

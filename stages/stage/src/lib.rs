@@ -1,0 +1,1 @@
+//! stage api (being written)
