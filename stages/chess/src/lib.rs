@@ -2,8 +2,12 @@
 //!
 //! * [`encode`] packs moves into the 20,482-token vocabulary and positions into 75 state labels,
 //!   exactly as the Python reference does (spec A.1, A.2, E.2).
+//! * [`ids`] names examples (HMAC of the Site header, or a counter for random games) and
+//!   [`split`] assigns them to training or validation by an MD5 bucket (spec E.3, E.4).
 #![deny(missing_docs)]
 
 pub mod encode;
+pub mod ids;
+pub mod split;
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
