@@ -226,6 +226,8 @@ struct StageDecl<'a> {
     matrix: Vec<(&'a Located<String>, Vec<Located<Node>>)>,
     inputs: Vec<(&'a Located<String>, Vec<Located<String>>)>,
     deps: Vec<Located<String>>,
+    /// Param names written in the file whose value could not be read.
+    invalid_params: Vec<&'a str>,
     loc: Loc,
 }
 
@@ -360,6 +362,7 @@ impl Loader {
             matrix: Vec::new(),
             inputs: Vec::new(),
             deps: Vec::new(),
+            invalid_params: Vec::new(),
             loc: name.loc,
         };
         let mut has_uses = false;
@@ -374,8 +377,9 @@ impl Loader {
                 "params" => match &value.value {
                     Node::Map(entries) => {
                         for (pname, pvalue) in entries {
-                            if let Some(v) = self.substitute(pvalue, vars) {
-                                decl.params.push((pname, v));
+                            match self.substitute(pvalue, vars) {
+                                Some(v) => decl.params.push((pname, v)),
+                                None => decl.invalid_params.push(&pname.value),
                             }
                         }
                     }
@@ -582,6 +586,7 @@ impl Loader {
             // reported once, not also as missing).
             let mut written: Vec<&str> = decl.params.iter().map(|(n, _)| n.value.as_str()).collect();
             written.extend(decl.matrix.iter().map(|(n, _)| n.value.as_str()));
+            written.extend(decl.invalid_params.iter().copied());
             for (pname, pvalue) in &decl.params {
                 if decl.matrix.iter().any(|(m, _)| m.value == pname.value) {
                     self.error(

@@ -131,7 +131,7 @@ fn every_error_kind_is_located() {
     assert!(errs[0].to_lowercase().contains("duplicate"), "{errs:?}");
 
     let errs = errors("stages:\n  a:\n    uses: command\n    params: {cmd: \"${nope}\"}\n");
-    assert!(errs[0].starts_with("p.yaml:4:20: unknown var `${nope}`"), "{errs:?}");
+    assert!(errs[0].starts_with("p.yaml:4:19: unknown var `${nope}`"), "{errs:?}");
 
     let errs = errors("stages:\n  a:\n    uses: typed\n    params: {n: 1}\n    colour: red\n");
     assert!(errs[0].starts_with("p.yaml:5:5: unknown key `colour`"), "{errs:?}");
