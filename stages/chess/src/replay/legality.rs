@@ -1,0 +1,264 @@
+//! The legality step: replaying SANs with shakmaty into move ids and state labels.
+
+use shakmaty::{Chess, Position, san::San, san::SanError};
+
+use super::{GameHeaders, RawGame, RejectReason, Rejection};
+use crate::encode::{EpConvention, START, StateLabels, encode_state_into, pack_move};
+
+/// Settings of the legality step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayConfig {
+    /// Games need at least `2 * min_fullmoves` plies (default 10, i.e. 20 plies).
+    pub min_fullmoves: usize,
+    /// Which en-passant square the state labels record.
+    pub ep_convention: EpConvention,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> ReplayConfig {
+        ReplayConfig {
+            min_fullmoves: 10,
+            ep_convention: EpConvention::Reference,
+        }
+    }
+}
+
+impl ReplayConfig {
+    /// The minimum number of plies, `2 * min_fullmoves`.
+    pub const fn min_plies(&self) -> usize {
+        self.min_fullmoves.saturating_mul(2)
+    }
+}
+
+/// Moves and states of a replayed game in the reference layout: `moves[0]` is [`START`] and
+/// `moves[t]` the packed id of ply `t`; `states[t]` is the position after `t` plies, so
+/// `states[0]` is the start. Both have `plies + 1` entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayedGame {
+    /// Packed move ids, [`START`] first.
+    pub moves: Vec<u16>,
+    /// State labels, start position first.
+    pub states: Vec<StateLabels>,
+}
+
+impl ReplayedGame {
+    /// Number of plies.
+    pub fn plies(&self) -> usize {
+        self.moves.len().saturating_sub(1)
+    }
+
+    /// The states as one flat slice of `steps * 75` labels.
+    pub fn flat_states(&self) -> &[u8] {
+        self.states.as_flattened()
+    }
+}
+
+/// Replays `sans` from `start` into `out` (cleared first, its allocations reused) and returns
+/// the final position.
+///
+/// # Errors
+///
+/// [`RejectReason::IllegalMove`] or [`RejectReason::AmbiguousMove`] with the 1-based ply; `out`
+/// then holds the plies before the bad one.
+pub fn replay_sans_into(
+    start: Chess,
+    sans: &[San],
+    ep_convention: EpConvention,
+    out: &mut ReplayedGame,
+) -> Result<Chess, RejectReason> {
+    out.moves.clear();
+    out.states.clear();
+    out.moves.reserve(sans.len() + 1);
+    out.states.reserve(sans.len() + 1);
+
+    let mut position = start;
+    let mut labels = [0u8; crate::encode::STATE_LEN];
+    out.moves.push(START);
+    encode_state_into(&position, ep_convention, &mut labels);
+    out.states.push(labels);
+
+    for (ply_index, san) in sans.iter().enumerate() {
+        let m = match san.to_move(&position) {
+            Ok(m) => m,
+            Err(err) => {
+                let ply = ply_index + 1;
+                let san = san.to_string();
+                return Err(match err {
+                    SanError::AmbiguousSan => RejectReason::AmbiguousMove { ply, san },
+                    SanError::IllegalSan => RejectReason::IllegalMove { ply, san },
+                });
+            }
+        };
+        // `to_move` only returns legal moves of a `Chess` position: no drops, no promotion to a
+        // king, so `pack_move` cannot panic.
+        out.moves.push(pack_move(&m));
+        position.play_unchecked(m);
+        encode_state_into(&position, ep_convention, &mut labels);
+        out.states.push(labels);
+    }
+    Ok(position)
+}
+
+/// Replays `sans` from `start` into a new [`ReplayedGame`] (see [`replay_sans_into`]).
+///
+/// # Errors
+///
+/// [`RejectReason::IllegalMove`] or [`RejectReason::AmbiguousMove`] with the 1-based ply.
+pub fn replay_sans(
+    start: Chess,
+    sans: &[San],
+    ep_convention: EpConvention,
+) -> Result<ReplayedGame, RejectReason> {
+    let mut out = ReplayedGame::default();
+    replay_sans_into(start, sans, ep_convention, &mut out)?;
+    Ok(out)
+}
+
+/// A game that passed every filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptGame {
+    /// 0-based index of the game in its stream.
+    pub index: u64,
+    /// Byte offset of the game in its stream.
+    pub offset: u64,
+    /// Its headers; `site` is always present.
+    pub headers: GameHeaders,
+    /// Its moves and states.
+    pub replay: ReplayedGame,
+}
+
+/// Screens a game ([`RawGame::screen`]) and replays it from the standard start.
+///
+/// # Errors
+///
+/// A [`Rejection`] with the first reason that applies.
+pub fn replay_game(raw: RawGame, config: &ReplayConfig) -> Result<KeptGame, Rejection> {
+    let checked = raw
+        .screen(config.min_plies())
+        .and_then(|()| replay_sans(Chess::default(), &raw.sans, config.ep_convention));
+    match checked {
+        Ok(replay) => Ok(KeptGame {
+            index: raw.index,
+            offset: raw.offset,
+            headers: raw.headers,
+            replay,
+        }),
+        Err(reason) => Err(Rejection {
+            index: raw.index,
+            offset: raw.offset,
+            site: raw.headers.site,
+            reason,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{EP_FILE, EP_RANK, INITIAL_STATE};
+    use crate::replay::PgnGames;
+
+    fn sans(text: &str) -> Vec<San> {
+        text.split_whitespace()
+            .map(|san| san.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn replay_layout_matches_the_reference() {
+        let replay = replay_sans(
+            Chess::default(),
+            &sans("e4 Nf6 Nf3 Nc6 Bc4 e6 O-O"),
+            EpConvention::Reference,
+        )
+        .unwrap();
+        assert_eq!(replay.plies(), 7);
+        assert_eq!(replay.moves.len(), 8);
+        assert_eq!(replay.states.len(), 8);
+        assert_eq!(replay.moves[0], START);
+        assert_eq!(replay.moves[7], 1310);
+        assert_eq!(replay.states[0], INITIAL_STATE);
+        assert_eq!(
+            (replay.states[1][EP_FILE], replay.states[1][EP_RANK]),
+            (5, 1)
+        );
+        assert_eq!(
+            (replay.states[2][EP_FILE], replay.states[2][EP_RANK]),
+            (0, 0)
+        );
+        assert_eq!(replay.flat_states().len(), 8 * 75);
+    }
+
+    #[test]
+    fn bad_moves_carry_ply_and_san() {
+        assert_eq!(
+            replay_sans(Chess::default(), &sans("d4 b4"), EpConvention::Reference),
+            Err(RejectReason::IllegalMove {
+                ply: 2,
+                san: "b4".to_owned()
+            })
+        );
+        assert_eq!(
+            replay_sans(
+                Chess::default(),
+                &sans("e4 e5 Ke3"),
+                EpConvention::Reference
+            ),
+            Err(RejectReason::IllegalMove {
+                ply: 3,
+                san: "Ke3".to_owned()
+            })
+        );
+        // Knights on c3 and g5 can both reach e4.
+        assert_eq!(
+            replay_sans(
+                Chess::default(),
+                &sans("Nc3 a6 Nf3 a5 Ng5 a4 Ne4"),
+                EpConvention::Reference
+            ),
+            Err(RejectReason::AmbiguousMove {
+                ply: 7,
+                san: "Ne4".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn whole_game_is_rejected_and_the_next_is_kept() {
+        let mut pgn = String::new();
+        let twenty = "1. e4 e5 2. Nf3 Nc6 3. Bc4 Bc5 4. c3 Nf6 5. d4 exd4 6. cxd4 Bb4+ \
+            7. Nc3 Nxe4 8. O-O Bxc3 9. d5 Bf6 10. Re1 Ne7 *";
+        pgn.push_str(&format!(
+            "[Site \"https://lichess.org/one\"]\n\n{twenty}\n\n"
+        ));
+        pgn.push_str("[Site \"https://lichess.org/two\"]\n\n1. e4 e5 2. Ke3 *\n\n");
+        pgn.push_str(&format!(
+            "[Site \"https://lichess.org/three\"]\n\n{twenty}\n\n"
+        ));
+        let config = ReplayConfig::default();
+        let outcomes: Vec<_> = PgnGames::new(pgn.as_bytes())
+            .map(|game| replay_game(game.unwrap(), &config))
+            .collect();
+        assert_eq!(outcomes.len(), 3);
+        let kept = outcomes[0].as_ref().unwrap();
+        assert_eq!(kept.replay.plies(), 20);
+        assert_eq!(
+            outcomes[1].as_ref().unwrap_err().reason,
+            RejectReason::TooShort {
+                plies: 3,
+                min_plies: 20
+            }
+        );
+        assert_eq!(outcomes[2].as_ref().unwrap().index, 2);
+
+        let lenient = ReplayConfig {
+            min_fullmoves: 1,
+            ..config
+        };
+        let pgn = "[Site \"https://lichess.org/two\"]\n\n1. e4 e5 2. Ke3 *\n";
+        let game = PgnGames::new(pgn.as_bytes()).next().unwrap().unwrap();
+        let rejection = replay_game(game, &lenient).unwrap_err();
+        assert_eq!(rejection.site.as_deref(), Some("https://lichess.org/two"));
+        assert_eq!(rejection.reason.code(), "illegal_move");
+    }
+}
