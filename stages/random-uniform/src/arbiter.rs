@@ -1,0 +1,422 @@
+//! A position plus the history python-chess needs to decide `outcome(claim_draw=True)`.
+//!
+//! [`Arbiter`] owns the current position, its legal moves and the repetition history, and
+//! answers [`Arbiter::outcome`] exactly as python-chess 1.11.2 does (spec E.5):
+//!
+//! 1. checkmate; 2. insufficient material for both colours; 3. stalemate; 4. halfmove clock
+//!    ≥ 150; 5. fivefold repetition; 6. fifty-move claim (clock ≥ 100, or ≥ 99 and some legal
+//!    non-zeroing move reaches 100 in a position that has a legal move); 7. threefold claim (the
+//!    current position occurred ≥ 3 times, or some legal move leads to a position that occurred
+//!    ≥ 2 times).
+//!
+//! Repetitions are counted over python-chess's window: the positions since the last
+//! irreversible move (a capture, a pawn move, a move that reduces castling rights, or any move
+//! made from a position with a legal en-passant capture), the position before that move
+//! excluded. Positions are compared by python-chess's transposition key: placement, side to
+//! move, castling rights and the en-passant square *only when a legal en-passant capture
+//! exists*. The history stores that key in full, behind a Zobrist hash that is compared first,
+//! so equality is exact and usually costs one integer comparison.
+//!
+//! Per ply the arbiter generates the legal moves once, updates the hash incrementally where
+//! shakmaty can, and scans the history for the current position only among positions with the
+//! same side to move. The child positions of the threefold claim are only looked at when some
+//! position in the window has already repeated, which is rare.
+
+use shakmaty::{
+    Bitboard, Board, Chess, Color, EnPassantMode, Move, MoveList, Position, Square,
+    zobrist::Zobrist64,
+};
+use thiserror::Error;
+
+use crate::termination::{Outcome, Termination, is_insufficient_material};
+
+/// A move that [`Arbiter::play`] or [`Arbiter::play_nth`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PlayError {
+    /// The move is not legal in the current position.
+    #[error("illegal move {0:?}")]
+    IllegalMove(Move),
+    /// There is no legal move with this index.
+    #[error("move index {index} out of range for {len} legal moves")]
+    IndexOutOfRange {
+        /// The requested index.
+        index: usize,
+        /// The number of legal moves.
+        len: usize,
+    },
+}
+
+/// python-chess's transposition key, behind its Zobrist hash.
+///
+/// The derived equality compares the hash first, so unequal keys almost always differ at the
+/// first field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    hash: Zobrist64,
+    board: Board,
+    turn: Color,
+    castling: Bitboard,
+    ep: Option<Square>,
+}
+
+impl Key {
+    /// The key of `position`, whose legal en-passant square is `ep` and whose Zobrist hash
+    /// (en passant in [`EnPassantMode::Legal`]) is `hash`.
+    fn new(position: &Chess, ep: Option<Square>, hash: Zobrist64) -> Key {
+        Key {
+            hash,
+            board: position.board().clone(),
+            turn: position.turn(),
+            castling: position.castles().castling_rights(),
+            ep,
+        }
+    }
+
+    /// The key of `position` computed from scratch.
+    fn of(position: &Chess) -> Key {
+        Key::new(
+            position,
+            position.legal_ep_square(),
+            position.zobrist_hash(EnPassantMode::Legal),
+        )
+    }
+}
+
+/// The target square of a legal en-passant capture in `legal`, if there is one.
+fn legal_ep_square(legal: &MoveList) -> Option<Square> {
+    legal.iter().find_map(|m| match *m {
+        Move::EnPassant { to, .. } => Some(to),
+        _ => None,
+    })
+}
+
+/// python-chess's `_reduces_castling_rights(move)` in `position` (standard chess).
+fn reduces_castling_rights(position: &Chess, m: Move) -> bool {
+    let rights = position.castles().castling_rights();
+    match m {
+        Move::Castle { .. } => true,
+        Move::Normal { role, from, to, .. } => {
+            rights.contains(from)
+                || rights.contains(to)
+                || (role == shakmaty::Role::King && position.castles().has_color(position.turn()))
+        }
+        Move::EnPassant { .. } | Move::Put { .. } => false,
+    }
+}
+
+/// The current position of a game, its legal moves, and the repetition history that decides
+/// claimable draws exactly as python-chess does.
+///
+/// ```
+/// use cwm_random_uniform::arbiter::Arbiter;
+/// use shakmaty::Chess;
+///
+/// let mut arbiter = Arbiter::new(Chess::default());
+/// assert_eq!(arbiter.legal_moves().len(), 20);
+/// assert_eq!(arbiter.outcome(), None);
+/// arbiter.play_nth(0)?;
+/// # Ok::<(), cwm_random_uniform::arbiter::PlayError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Arbiter {
+    position: Chess,
+    legal: MoveList,
+    current: Key,
+    /// Keys of the positions before the current one since the last irreversible move, one per
+    /// ply, oldest first; the last entry is the position one ply ago.
+    history: Vec<Key>,
+    /// Occurrences of the current position in the window (itself included).
+    current_count: u32,
+    /// Whether some position of the window occurred at least twice.
+    has_repeat: bool,
+}
+
+impl Default for Arbiter {
+    /// The standard initial position with an empty history.
+    fn default() -> Arbiter {
+        Arbiter::new(Chess::default())
+    }
+}
+
+impl Arbiter {
+    /// Starts tracking from `position` with an empty history (like a python-chess board set up
+    /// from a FEN, with an empty move stack).
+    pub fn new(position: Chess) -> Arbiter {
+        let legal = position.legal_moves();
+        let current = Key::of(&position);
+        Arbiter {
+            position,
+            legal,
+            current,
+            history: Vec::new(),
+            current_count: 1,
+            has_repeat: false,
+        }
+    }
+
+    /// Starts over from `position` with an empty history, reusing this arbiter's allocation.
+    pub fn restart(&mut self, position: Chess) {
+        self.legal = position.legal_moves();
+        self.current = Key::of(&position);
+        self.position = position;
+        self.history.clear();
+        self.current_count = 1;
+        self.has_repeat = false;
+    }
+
+    /// The current position.
+    pub fn position(&self) -> &Chess {
+        &self.position
+    }
+
+    /// The legal moves of the current position, in shakmaty's generation order.
+    pub fn legal_moves(&self) -> &MoveList {
+        &self.legal
+    }
+
+    /// How often the current position occurred in the repetition window, itself included.
+    pub fn repetitions(&self) -> u32 {
+        self.current_count
+    }
+
+    /// python-chess's `board.outcome(claim_draw=True)`: why the game is over, or `None` if it
+    /// goes on.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.termination()
+            .map(|termination| Outcome::new(termination, self.position.turn()))
+    }
+
+    /// The rule that ends the game now, in python-chess's checking order.
+    fn termination(&self) -> Option<Termination> {
+        let no_moves = self.legal.is_empty();
+        if no_moves && self.position.is_check() {
+            return Some(Termination::Checkmate);
+        }
+        if is_insufficient_material(self.position.board()) {
+            return Some(Termination::InsufficientMaterial);
+        }
+        if no_moves {
+            return Some(Termination::Stalemate);
+        }
+        if self.position.halfmoves() >= 150 {
+            return Some(Termination::SeventyFiveMoves);
+        }
+        if self.current_count >= 5 {
+            return Some(Termination::FivefoldRepetition);
+        }
+        if self.can_claim_fifty_moves() {
+            return Some(Termination::FiftyMoves);
+        }
+        if self.can_claim_threefold_repetition() {
+            return Some(Termination::ThreefoldRepetition);
+        }
+        None
+    }
+
+    /// python-chess's `can_claim_fifty_moves()`, given that the position has a legal move.
+    fn can_claim_fifty_moves(&self) -> bool {
+        let halfmoves = self.position.halfmoves();
+        if halfmoves >= 100 {
+            return true;
+        }
+        halfmoves >= 99
+            && self.legal.iter().any(|m| {
+                !m.is_zeroing() && {
+                    let mut child = self.position.clone();
+                    child.play_unchecked(*m);
+                    !child.legal_moves().is_empty()
+                }
+            })
+    }
+
+    /// python-chess's `can_claim_threefold_repetition()`.
+    fn can_claim_threefold_repetition(&self) -> bool {
+        if self.current_count >= 3 {
+            return true;
+        }
+        if !self.has_repeat {
+            // No position of the window occurred twice, so no child can make a third.
+            return false;
+        }
+        self.legal.iter().any(|m| {
+            let mut child = self.position.clone();
+            child.play_unchecked(*m);
+            let key = match self.incremental_hash(*m) {
+                Some(hash) => Key::new(&child, child.legal_ep_square(), hash),
+                None => Key::of(&child),
+            };
+            // The child has the other side to move: compare with the positions an odd number
+            // of plies back (the current position cannot match).
+            let seen = self
+                .history
+                .iter()
+                .rev()
+                .step_by(2)
+                .filter(|k| **k == key)
+                .count();
+            seen >= 2
+        })
+    }
+
+    /// The Zobrist hash of the position after `m`, where shakmaty can update it incrementally.
+    fn incremental_hash(&self, m: Move) -> Option<Zobrist64> {
+        self.position
+            .update_zobrist_hash(self.current.hash, m, EnPassantMode::Legal)
+    }
+
+    /// Plays a legal move.
+    ///
+    /// # Errors
+    ///
+    /// [`PlayError::IllegalMove`] if `m` is not one of [`Arbiter::legal_moves`]; the arbiter is
+    /// unchanged.
+    pub fn play(&mut self, m: Move) -> Result<(), PlayError> {
+        if !self.legal.contains(&m) {
+            return Err(PlayError::IllegalMove(m));
+        }
+        self.advance(m);
+        Ok(())
+    }
+
+    /// Plays the legal move at `index` of [`Arbiter::legal_moves`] and returns it.
+    ///
+    /// # Errors
+    ///
+    /// [`PlayError::IndexOutOfRange`] if there is no such move; the arbiter is unchanged.
+    pub fn play_nth(&mut self, index: usize) -> Result<Move, PlayError> {
+        let m = *self.legal.get(index).ok_or(PlayError::IndexOutOfRange {
+            index,
+            len: self.legal.len(),
+        })?;
+        self.advance(m);
+        Ok(m)
+    }
+
+    /// Plays `m`, which must be legal, and updates the legal moves and the history.
+    fn advance(&mut self, m: Move) {
+        let irreversible = m.is_zeroing()
+            || reduces_castling_rights(&self.position, m)
+            || self.current.ep.is_some();
+        let incremental = self.incremental_hash(m);
+        self.position.play_unchecked(m);
+        self.legal = self.position.legal_moves();
+        let hash = incremental.unwrap_or_else(|| self.position.zobrist_hash(EnPassantMode::Legal));
+        let next = Key::new(&self.position, legal_ep_square(&self.legal), hash);
+        let previous = std::mem::replace(&mut self.current, next);
+        if irreversible {
+            self.history.clear();
+            self.has_repeat = false;
+        } else {
+            self.history.push(previous);
+        }
+        // Same side to move: two, four, ... plies back.
+        let seen = self
+            .history
+            .iter()
+            .rev()
+            .skip(1)
+            .step_by(2)
+            .filter(|k| **k == self.current)
+            .count();
+        self.current_count = 1 + u32::try_from(seen).unwrap_or(u32::MAX - 1);
+        if self.current_count >= 2 {
+            self.has_repeat = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shakmaty::{CastlingMode, fen::Fen, uci::UciMove};
+
+    use super::*;
+
+    fn play_uci(arbiter: &mut Arbiter, moves: &str) {
+        for uci in moves.split_whitespace() {
+            let m = uci
+                .parse::<UciMove>()
+                .unwrap()
+                .to_move(arbiter.position())
+                .unwrap();
+            arbiter.play(m).unwrap();
+        }
+    }
+
+    fn from_fen(fen: &str) -> Arbiter {
+        let position: Chess = fen
+            .parse::<Fen>()
+            .unwrap()
+            .into_position(CastlingMode::Standard)
+            .unwrap();
+        Arbiter::new(position)
+    }
+
+    #[test]
+    fn fools_mate() {
+        let mut arbiter = Arbiter::default();
+        play_uci(&mut arbiter, "f2f3 e7e5 g2g4");
+        assert_eq!(arbiter.outcome(), None);
+        play_uci(&mut arbiter, "d8h4");
+        let outcome = arbiter.outcome().unwrap();
+        assert_eq!(outcome.termination, Termination::Checkmate);
+        assert_eq!(outcome.result.as_str(), "0-1");
+    }
+
+    #[test]
+    fn threefold_is_claimed_one_move_early() {
+        let mut arbiter = Arbiter::default();
+        // The start position occurs again after 4 and 8 plies; after 7 plies the next move
+        // would make its third occurrence.
+        play_uci(&mut arbiter, "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6 f3g1");
+        assert_eq!(
+            arbiter.outcome().map(|o| o.termination),
+            Some(Termination::ThreefoldRepetition)
+        );
+    }
+
+    #[test]
+    fn two_repetitions_are_not_enough() {
+        let mut arbiter = Arbiter::default();
+        play_uci(&mut arbiter, "g1f3 g8f6 f3g1 f6g8 g1f3 g8f6");
+        assert_eq!(arbiter.outcome(), None);
+    }
+
+    #[test]
+    fn fifty_move_claim_at_99() {
+        let mut arbiter = from_fen("8/8/8/3k4/8/8/8/R3K3 w - - 98 80");
+        assert_eq!(arbiter.outcome(), None);
+        play_uci(&mut arbiter, "a1a2");
+        assert_eq!(
+            arbiter.outcome().map(|o| o.termination),
+            Some(Termination::FiftyMoves)
+        );
+    }
+
+    #[test]
+    fn insufficient_before_stalemate() {
+        // Black to move is stalemated, but bare kings and a bishop are checked first.
+        let arbiter = from_fen("k7/2K5/1B6/8/8/8/8/8 b - - 0 1");
+        assert_eq!(
+            arbiter.outcome().map(|o| o.termination),
+            Some(Termination::InsufficientMaterial)
+        );
+    }
+
+    #[test]
+    fn illegal_move_and_bad_index_are_errors() {
+        let mut arbiter = Arbiter::default();
+        let m = Move::Normal {
+            role: shakmaty::Role::Queen,
+            from: Square::D1,
+            capture: None,
+            to: Square::D5,
+            promotion: None,
+        };
+        assert_eq!(arbiter.play(m), Err(PlayError::IllegalMove(m)));
+        assert_eq!(
+            arbiter.play_nth(20),
+            Err(PlayError::IndexOutOfRange { index: 20, len: 20 })
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! Streams of random games: an exact replay of the reference generator, and a fast mode.
+//!
+//! * [`ReferenceGames`] is spec E.5's loop: one CPython `Random(seed)` for the whole run, and
+//!   before every move `legal[rng.randrange(len(legal))]` over python-chess's legal-move order,
+//!   until `outcome(claim_draw=True)` ends the game. It is sequential by nature (one stream).
+//! * [`FastGames`] plays the same game rules with a xoshiro256++ stream per game derived from
+//!   `(seed, index)`, picking uniformly among shakmaty's legal moves (the order does not matter
+//!   for a uniform pick, so no sorting). Chunks of games are played in parallel on the current
+//!   rayon pool and yielded in index order, so the output depends on the seed only, never on
+//!   the thread count.
+//! * Both iterators yield *every* generated game, short ones included, and never end on their
+//!   own; filter with [`Game::is_long_enough`] and `take` what you need. Memory stays bounded
+//!   by one game (reference) or one chunk (fast).
+
+use std::vec;
+
+use cwm_chess::encode::pack_move;
+use rayon::prelude::*;
+use shakmaty::{Chess, Move};
+
+use crate::arbiter::Arbiter;
+use crate::fast_rng::Xoshiro256PlusPlus;
+use crate::game::Game;
+use crate::move_order::nth_in_python_order;
+use crate::python_random::PyRandom;
+
+/// The reference's minimum game length in full moves: games shorter than `2 * 10` plies are
+/// dropped (spec E.1, E.5).
+pub const DEFAULT_MIN_FULLMOVES: u32 = 10;
+
+/// Which generator to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mode {
+    /// Bit-exact with the reference: CPython's RNG and python-chess's move order, sequential.
+    #[default]
+    Reference,
+    /// Same rules, a fast per-game RNG, parallel on rayon; deterministic for a seed.
+    Fast,
+}
+
+/// Plays one game from the initial position; `step` plays one move on the arbiter and returns
+/// it. `None` if `step` fails, which the generators here never do.
+fn play_game(
+    arbiter: &mut Arbiter,
+    index: u64,
+    mut step: impl FnMut(&mut Arbiter) -> Option<Move>,
+) -> Option<Game> {
+    arbiter.restart(Chess::default());
+    let mut moves = Vec::with_capacity(256);
+    loop {
+        if let Some(outcome) = arbiter.outcome() {
+            return Some(Game::new(index, moves, outcome, arbiter.position().clone()));
+        }
+        // `outcome()` is `None` only when a legal move exists.
+        let m = step(arbiter)?;
+        moves.push(pack_move(&m));
+    }
+}
+
+/// One reference move: `legal[rng.randrange(len(legal))]` in python-chess order.
+fn reference_step(rng: &mut PyRandom, arbiter: &mut Arbiter) -> Option<Move> {
+    let mut legal = arbiter.legal_moves().clone();
+    let index = rng.randrange_usize(legal.len()).ok()?;
+    let m = nth_in_python_order(arbiter.position(), &mut legal, index)?;
+    arbiter.play(m).ok()?;
+    Some(m)
+}
+
+/// The reference generator (spec E.5): every game of a run seeded with `seed`, in order.
+///
+/// ```
+/// use cwm_random_uniform::generator::ReferenceGames;
+///
+/// let game = ReferenceGames::new(0).next().expect("the stream never ends");
+/// assert_eq!(game.id(), "cwm_random_00000");
+/// assert_eq!(game.plies(), 607);
+/// assert_eq!(game.result().as_str(), "1/2-1/2");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReferenceGames {
+    rng: PyRandom,
+    arbiter: Arbiter,
+    next_index: u64,
+}
+
+impl ReferenceGames {
+    /// The games of `random.Random(seed)`, starting with index 0.
+    pub fn new(seed: u64) -> ReferenceGames {
+        ReferenceGames {
+            rng: PyRandom::new(seed),
+            arbiter: Arbiter::default(),
+            next_index: 0,
+        }
+    }
+}
+
+impl Iterator for ReferenceGames {
+    type Item = Game;
+
+    fn next(&mut self) -> Option<Game> {
+        let index = self.next_index;
+        let rng = &mut self.rng;
+        let game = play_game(&mut self.arbiter, index, |arbiter| {
+            reference_step(rng, arbiter)
+        })?;
+        self.next_index += 1;
+        Some(game)
+    }
+}
+
+/// Plays fast-mode game `index` of a run seeded with `seed`, reusing `arbiter`'s allocation.
+pub fn play_fast_game(arbiter: &mut Arbiter, seed: u64, index: u64) -> Option<Game> {
+    let mut rng = Xoshiro256PlusPlus::for_game(seed, index);
+    play_game(arbiter, index, |arbiter| {
+        let len = u32::try_from(arbiter.legal_moves().len()).ok()?;
+        let choice = rng.below(len) as usize;
+        arbiter.play_nth(choice).ok()
+    })
+}
+
+/// Fast-mode game `index` of a run seeded with `seed`.
+pub fn fast_game(seed: u64, index: u64) -> Option<Game> {
+    play_fast_game(&mut Arbiter::default(), seed, index)
+}
+
+/// Default number of games [`FastGames`] plays per parallel chunk.
+pub const DEFAULT_CHUNK_SIZE: usize = 1024;
+
+/// The fast generator: games `start, start + 1, ...` of a run seeded with `seed`, played in
+/// parallel chunks on the current rayon pool and yielded in index order.
+///
+/// Game `i` depends only on `(seed, i)`, so any thread count gives the same stream. To pick the
+/// pool, consume the iterator inside `pool.install(...)`.
+///
+/// ```
+/// use cwm_random_uniform::generator::FastGames;
+///
+/// let games: Vec<_> = FastGames::new(7).with_chunk_size(4).take(3).collect();
+/// assert_eq!(games[2].id(), "cwm_random_00002");
+/// ```
+#[derive(Debug)]
+pub struct FastGames {
+    seed: u64,
+    next_index: u64,
+    chunk_size: usize,
+    ready: vec::IntoIter<Option<Game>>,
+}
+
+impl FastGames {
+    /// All games of the run seeded with `seed`, from index 0.
+    pub fn new(seed: u64) -> FastGames {
+        FastGames {
+            seed,
+            next_index: 0,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            ready: Vec::new().into_iter(),
+        }
+    }
+
+    /// Starts at game `index` instead of 0 (games already played are discarded).
+    pub fn starting_at(mut self, index: u64) -> FastGames {
+        self.next_index = index;
+        self.ready = Vec::new().into_iter();
+        self
+    }
+
+    /// Plays `chunk_size` games per parallel chunk (at least 1).
+    pub fn with_chunk_size(mut self, chunk_size: usize) -> FastGames {
+        self.chunk_size = chunk_size.max(1);
+        self
+    }
+
+    /// Plays the next chunk in parallel.
+    fn refill(&mut self) {
+        let start = self.next_index;
+        let end = start.saturating_add(self.chunk_size as u64);
+        let seed = self.seed;
+        let games: Vec<Option<Game>> = (start..end)
+            .into_par_iter()
+            .map_init(Arbiter::default, |arbiter, index| {
+                play_fast_game(arbiter, seed, index)
+            })
+            .collect();
+        self.next_index = end;
+        self.ready = games.into_iter();
+    }
+}
+
+impl Iterator for FastGames {
+    type Item = Game;
+
+    fn next(&mut self) -> Option<Game> {
+        if self.ready.len() == 0 {
+            self.refill();
+        }
+        self.ready.next().flatten()
+    }
+}
+
+/// Every game of a run in `mode` seeded with `seed`, short ones included.
+#[derive(Debug)]
+pub enum Games {
+    /// The reference generator (boxed: its MT19937 state and move list are a few KiB).
+    Reference(Box<ReferenceGames>),
+    /// The fast generator.
+    Fast(FastGames),
+}
+
+impl Games {
+    /// The stream of `mode` for `seed`.
+    pub fn new(mode: Mode, seed: u64) -> Games {
+        match mode {
+            Mode::Reference => Games::Reference(Box::new(ReferenceGames::new(seed))),
+            Mode::Fast => Games::Fast(FastGames::new(seed)),
+        }
+    }
+
+    /// Only the games the reference keeps: at least `2 * min_fullmoves` plies.
+    pub fn kept(self, min_fullmoves: u32) -> impl Iterator<Item = Game> {
+        self.filter(move |game| game.is_long_enough(min_fullmoves))
+    }
+}
+
+impl Iterator for Games {
+    type Item = Game;
+
+    fn next(&mut self) -> Option<Game> {
+        match self {
+            Games::Reference(games) => games.next(),
+            Games::Fast(games) => games.next(),
+        }
+    }
+}

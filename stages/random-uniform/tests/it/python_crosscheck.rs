@@ -1,0 +1,115 @@
+//! Cross-check against python-chess 1.11.2 itself: move order at every ply and the outcome of
+//! random games from several start positions. Skips when python-chess is not installed.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use cwm_random_uniform::Arbiter;
+use cwm_random_uniform::move_order::legal_moves_python_order;
+use serde_json::Value;
+use shakmaty::{CastlingMode, Chess, fen::Fen, uci::UciMove};
+
+const PYTHON_CHESS_VERSION: &str = "1.11.2";
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether `python3` can import python-chess at the pinned version; prints why not.
+fn python_chess_available() -> bool {
+    let probe = Command::new("python3")
+        .args(["-c", "import chess; print(chess.__version__)"])
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => {
+            let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if version == PYTHON_CHESS_VERSION {
+                true
+            } else {
+                println!("skipped: python-chess {version} found, {PYTHON_CHESS_VERSION} needed");
+                false
+            }
+        }
+        _ => {
+            println!("skipped: `python3 -c 'import chess'` failed (pip install chess==1.11.2)");
+            false
+        }
+    }
+}
+
+fn python_order(arbiter: &Arbiter) -> String {
+    legal_moves_python_order(arbiter.position())
+        .iter()
+        .map(|m| UciMove::from_move(*m, CastlingMode::Standard).to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn move_order_and_outcomes_match_python_chess() {
+    if !python_chess_available() {
+        return;
+    }
+    let script = manifest_dir().join("tests/python/crosscheck.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["8", "2024"])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "crosscheck.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 output");
+
+    let (mut n_games, mut n_positions) = (0, 0);
+    for line in stdout.lines() {
+        let game: Value = serde_json::from_str(line).expect("JSON line");
+        if let Some(speed) = game.get("games_per_second") {
+            println!("python-chess reference loop: {speed} games/s");
+            continue;
+        }
+        let fen = game["fen"].as_str().expect("fen");
+        let start: Chess = fen
+            .parse::<Fen>()
+            .expect("valid FEN")
+            .into_position(CastlingMode::Standard)
+            .expect("legal position");
+        let orders = game["orders"].as_array().expect("orders");
+        let moves = game["moves"].as_array().expect("moves");
+        assert_eq!(orders.len(), moves.len() + 1);
+
+        let mut arbiter = Arbiter::new(start);
+        for (ply, (order, uci)) in orders.iter().zip(moves).enumerate() {
+            assert_eq!(
+                python_order(&arbiter),
+                order.as_str().expect("string"),
+                "{fen}, ply {ply}"
+            );
+            assert_eq!(arbiter.outcome(), None, "{fen}, ply {ply}: ended early");
+            let m = uci
+                .as_str()
+                .expect("string")
+                .parse::<UciMove>()
+                .expect("UCI")
+                .to_move(arbiter.position())
+                .expect("legal UCI move");
+            arbiter.play(m).expect("legal move");
+            n_positions += 1;
+        }
+        let last = orders.last().and_then(Value::as_str).expect("final order");
+        assert_eq!(python_order(&arbiter), last, "{fen}, final position");
+        let outcome = arbiter.outcome().expect("the game is over");
+        assert_eq!(
+            game["termination"].as_str(),
+            Some(outcome.termination.python_name()),
+            "{fen}: {moves:?}"
+        );
+        assert_eq!(game["result"].as_str(), Some(outcome.result.as_str()));
+        n_games += 1;
+        n_positions += 1;
+    }
+    assert!(n_games > 0);
+    println!("python-chess agrees on {n_games} games, {n_positions} positions");
+}
