@@ -7,10 +7,12 @@
 //! * [`replay`] turns a PGN stream into games in two steps: a cheap sequential syntax step
 //!   (headers and mainline SANs) and a legality step that can run on worker threads (spec E.1).
 //!   Bad games are rejections with a reason, never errors.
+//! * [`jsonl`] writes the reference JSONL line of an example byte for byte (spec E.6).
 #![deny(missing_docs)]
 
 pub mod encode;
 pub mod ids;
+pub mod jsonl;
 pub mod replay;
 pub mod split;
 
