@@ -1,6 +1,6 @@
 //! The legality step: replaying SANs with shakmaty into move ids and state labels.
 
-use shakmaty::{Chess, Position, san::San, san::SanError};
+use shakmaty::{Chess, Move, Position, san::San, san::SanError};
 
 use super::{GameHeaders, RawGame, RejectReason, Rejection};
 use crate::encode::{EpConvention, START, StateLabels, encode_state_into, pack_move};
@@ -78,7 +78,7 @@ pub fn replay_sans_into(
     out.states.push(labels);
 
     for (ply_index, san) in sans.iter().enumerate() {
-        let m = match san.to_move(&position) {
+        let m = match resolve_san(*san, &position) {
             Ok(m) => m,
             Err(err) => {
                 let ply = ply_index + 1;
@@ -97,6 +97,34 @@ pub fn replay_sans_into(
         out.states.push(labels);
     }
     Ok(position)
+}
+
+/// The legal move a SAN stands for, ignoring whether it says "capture" (`x`) as python-chess's
+/// `Board.parse_san` does: `Be2c4` is accepted for `Bxc4` and `Nxf3` for `Nf3`. A capture and a
+/// quiet move never share a target square, so this adds no ambiguity.
+fn resolve_san(san: San, position: &Chess) -> Result<Move, SanError> {
+    match san.to_move(position) {
+        Err(SanError::IllegalSan) => match san {
+            San::Normal {
+                role,
+                file,
+                rank,
+                capture,
+                to,
+                promotion,
+            } => San::Normal {
+                role,
+                file,
+                rank,
+                capture: !capture,
+                to,
+                promotion,
+            }
+            .to_move(position),
+            _ => Err(SanError::IllegalSan),
+        },
+        resolved => resolved,
+    }
 }
 
 /// Replays `sans` from `start` into a new [`ReplayedGame`] (see [`replay_sans_into`]).
@@ -221,6 +249,26 @@ mod tests {
                 san: "Ne4".to_owned()
             })
         );
+    }
+
+    #[test]
+    fn the_capture_sign_is_not_checked_like_python_chess() {
+        let with = replay_sans(
+            Chess::default(),
+            &sans("e4 d5 exd5 Qxd5 Nc3 Qe5 Be2 Qxe4"),
+            EpConvention::Reference,
+        )
+        .unwrap();
+        let without = replay_sans(
+            Chess::default(),
+            &sans("e4 d5 ed5 Qd5 Nc3 Qe5 Be2 Qe4"),
+            EpConvention::Reference,
+        )
+        .unwrap();
+        assert_eq!(with, without);
+        let wrong_sign =
+            replay_sans(Chess::default(), &sans("Nxf3 e5"), EpConvention::Reference).unwrap();
+        assert_eq!(wrong_sign.plies(), 2);
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //!   missing Site, non-standard variant, FEN start, too short, illegal or ambiguous move. The
 //!   length filter counts SAN tokens, so it runs before the expensive replay; since bad games
 //!   are rejected whole, the count equals the replayed plies of every kept game.
+//! * SAN is resolved as python-chess's `Board.parse_san` resolves it in one respect that
+//!   shakmaty does not share: the capture sign `x` is not checked (`Be2c4` plays `Bxc4`).
 //! * The reference raises on a missing Site header; here it is a rejection like any other.
 //! * pgn-reader skips movetext tokens it cannot read as SAN, a result or an annotation, without
 //!   telling the visitor. A skipped token that stood for a move makes a later move illegal, so
