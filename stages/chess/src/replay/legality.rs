@@ -1,6 +1,11 @@
 //! The legality step: replaying SANs with shakmaty into move ids and state labels.
 
-use shakmaty::{Chess, Move, Position, san::San, san::SanError};
+use shakmaty::{
+    CastlingMode, Chess, Move, Position, Role, Square,
+    fen::Fen,
+    san::{San, SanError},
+    uci::UciMove,
+};
 
 use super::{GameHeaders, RawGame, RejectReason, Rejection};
 use crate::encode::{EpConvention, START, StateLabels, encode_state_into, pack_move};
@@ -99,32 +104,48 @@ pub fn replay_sans_into(
     Ok(position)
 }
 
-/// The legal move a SAN stands for, ignoring whether it says "capture" (`x`) as python-chess's
-/// `Board.parse_san` does: `Be2c4` is accepted for `Bxc4` and `Nxf3` for `Nf3`. A capture and a
-/// quiet move never share a target square, so this adds no ambiguity.
+/// The legal move a SAN stands for, resolved as python-chess's `Board.parse_san` resolves it
+/// where shakmaty is stricter:
+///
+/// * the capture sign `x` is not checked: `Be2c4` plays `Bxc4` and `Nxf3` plays `Nf3` (a
+///   capture and a quiet move never share a target square, so this adds no ambiguity);
+/// * a move with both origin file and rank but no piece letter (`g1f3`, `e1g1`) is the legal
+///   move between those squares, whatever the piece, castling included.
 fn resolve_san(san: San, position: &Chess) -> Result<Move, SanError> {
+    let San::Normal {
+        role,
+        file,
+        rank,
+        capture,
+        to,
+        promotion,
+    } = san
+    else {
+        return san.to_move(position);
+    };
     match san.to_move(position) {
-        Err(SanError::IllegalSan) => match san {
-            San::Normal {
-                role,
-                file,
-                rank,
-                capture,
-                to,
-                promotion,
-            } => San::Normal {
-                role,
-                file,
-                rank,
-                capture: !capture,
-                to,
-                promotion,
-            }
-            .to_move(position),
-            _ => Err(SanError::IllegalSan),
-        },
-        resolved => resolved,
+        Err(SanError::IllegalSan) => {}
+        resolved => return resolved,
     }
+    if let (Role::Pawn, Some(file), Some(rank)) = (role, file, rank) {
+        let uci = UciMove::Normal {
+            from: Square::from_coords(file, rank),
+            to,
+            promotion,
+        };
+        if let Ok(m) = uci.to_move(position) {
+            return Ok(m);
+        }
+    }
+    San::Normal {
+        role,
+        file,
+        rank,
+        capture: !capture,
+        to,
+        promotion,
+    }
+    .to_move(position)
 }
 
 /// Replays `sans` from `start` into a new [`ReplayedGame`] (see [`replay_sans_into`]).
@@ -140,6 +161,52 @@ pub fn replay_sans(
     let mut out = ReplayedGame::default();
     replay_sans_into(start, sans, ep_convention, &mut out)?;
     Ok(out)
+}
+
+/// Why a FEN header cannot start a replay.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FenStartError {
+    /// The FEN does not parse.
+    #[error("bad FEN {fen:?}: {reason}")]
+    Syntax {
+        /// The FEN as given.
+        fen: String,
+        /// shakmaty's message.
+        reason: String,
+    },
+    /// The FEN parses but is not a legal position.
+    #[error("illegal position in FEN {fen:?}: {reason}")]
+    Position {
+        /// The FEN as given.
+        fen: String,
+        /// shakmaty's message.
+        reason: String,
+    },
+}
+
+/// The start position of a game with a FEN header, for replays from a set-up position (the
+/// parse stage rejects those games, but oracles and checks replay them). Castling rights that
+/// the position contradicts are dropped, as python-chess drops them; `mode` is
+/// [`CastlingMode::Chess960`] for Chess960 games.
+///
+/// # Errors
+///
+/// [`FenStartError`] when the FEN does not parse or is not a legal position.
+pub fn position_from_fen(fen: &str, mode: CastlingMode) -> Result<Chess, FenStartError> {
+    let parsed = Fen::from_ascii(fen.trim().as_bytes()).map_err(|err| FenStartError::Syntax {
+        fen: fen.to_owned(),
+        reason: err.to_string(),
+    })?;
+    let position_error = |reason: String| FenStartError::Position {
+        fen: fen.to_owned(),
+        reason,
+    };
+    match parsed.into_position::<Chess>(mode) {
+        Ok(position) => Ok(position),
+        Err(err) => err
+            .ignore_invalid_castling_rights()
+            .map_err(|err| position_error(err.to_string())),
+    }
 }
 
 /// A game that passed every filter.
@@ -269,6 +336,23 @@ mod tests {
         let wrong_sign =
             replay_sans(Chess::default(), &sans("Nxf3 e5"), EpConvention::Reference).unwrap();
         assert_eq!(wrong_sign.plies(), 2);
+    }
+
+    #[test]
+    fn fully_specified_moves_like_python_chess() {
+        let uci = replay_sans(
+            Chess::default(),
+            &sans("e2e4 e7e5 g1f3 b8c6 f1c4 f8c5 e1g1"),
+            EpConvention::Reference,
+        )
+        .unwrap();
+        let san = replay_sans(
+            Chess::default(),
+            &sans("e4 e5 Nf3 Nc6 Bc4 Bc5 O-O"),
+            EpConvention::Reference,
+        )
+        .unwrap();
+        assert_eq!(uci, san);
     }
 
     #[test]

@@ -21,8 +21,13 @@
 //!   missing Site, non-standard variant, FEN start, too short, illegal or ambiguous move. The
 //!   length filter counts SAN tokens, so it runs before the expensive replay; since bad games
 //!   are rejected whole, the count equals the replayed plies of every kept game.
-//! * SAN is resolved as python-chess's `Board.parse_san` resolves it in one respect that
-//!   shakmaty does not share: the capture sign `x` is not checked (`Be2c4` plays `Bxc4`).
+//! * SAN is resolved as python-chess's `Board.parse_san` resolves it where shakmaty is
+//!   stricter: the capture sign `x` is not checked (`Be2c4` plays `Bxc4`), and a move with
+//!   origin file and rank but no piece letter is the move between those squares (`g1f3`).
+//!   Null moves (`--`, `Z0`) are illegal moves here; python-chess would push them.
+//! * pgn-reader reads consecutive header-only games (no movetext, not even a result) as one
+//!   game whose later tags override the earlier ones; game indices count games as pgn-reader
+//!   splits them. Lichess exports always give a result, so their games are never merged.
 //! * The reference raises on a missing Site header; here it is a rejection like any other.
 //! * pgn-reader skips movetext tokens it cannot read as SAN, a result or an annotation, without
 //!   telling the visitor. A skipped token that stood for a move makes a later move illegal, so
@@ -32,7 +37,8 @@ mod legality;
 mod syntax;
 
 pub use legality::{
-    KeptGame, ReplayConfig, ReplayedGame, replay_game, replay_sans, replay_sans_into,
+    FenStartError, KeptGame, ReplayConfig, ReplayedGame, position_from_fen, replay_game,
+    replay_sans, replay_sans_into,
 };
 pub use syntax::{GameHeaders, PgnGames, RawGame, STANDARD_START_FEN, SyntaxProblem};
 
