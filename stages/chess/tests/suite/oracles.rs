@@ -5,7 +5,7 @@ use std::fs;
 
 use cwm_chess::{
     encode::{EpConvention, write_uci},
-    replay::{RawGame, ReplayedGame, replay_sans, replay_sans_into},
+    replay::{RawGame, ReplayedGame, position_from_fen, replay_sans, replay_sans_into},
 };
 use serde_json::Value;
 use shakmaty::{CastlingMode, Chess, EnPassantMode, fen::Fen};
@@ -138,15 +138,14 @@ fn scalachess_fen_after_every_ply() {
             .as_deref()
             .filter(|fen| !fen.trim().is_empty())
         {
-            Some(fen) => Fen::from_ascii(fen.trim().as_bytes())
-                .unwrap()
-                .into_position(if chess960 {
+            Some(fen) => {
+                let mode = if chess960 {
                     CastlingMode::Chess960
                 } else {
                     CastlingMode::Standard
-                })
-                .or_else(|err| err.ignore_invalid_castling_rights())
-                .unwrap_or_else(|err| panic!("{fixture}: {err}")),
+                };
+                position_from_fen(fen, mode).unwrap_or_else(|err| panic!("{fixture}: {err}"))
+            }
             None => Chess::default(),
         };
         let mut replay = ReplayedGame::default();
