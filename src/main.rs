@@ -1,1 +1,422 @@
-fn main() {}
+//! The `cwm` command line: glue over the executor, store and stage crates.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use cwm::display::{Display, human_bytes};
+use cwm::executor::{Executor, RunOptions};
+use cwm::freshness::short;
+use cwm::lockfile::LockFile;
+use cwm::pipeline::{self, Override};
+use cwm::plan::Plan;
+use cwm::registry::Registry;
+use cwm::store::Store;
+
+/// The default pipeline, built into the binary.
+const DEFAULT_PIPELINE: &str = include_str!("../pipeline.yaml");
+
+#[derive(Parser)]
+#[command(
+    name = "cwm",
+    version,
+    about = "Builds and runs the Chess-World-Model benchmark as a cached DAG of stages"
+)]
+struct Cli {
+    /// Threads for all parallel work (default: RAYON_NUM_THREADS, else all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline: only stale stages run, results are cached by content hash.
+    Run {
+        /// The pipeline file (default: pipeline.yaml; the built-in default if absent).
+        pipeline: Option<PathBuf>,
+        /// Run only these stages or instances (and what they need).
+        #[arg(long, num_args = 1.., value_name = "STAGE")]
+        only: Vec<String>,
+        /// Run this stage and everything downstream of it.
+        #[arg(long, value_name = "STAGE")]
+        from: Option<String>,
+        /// Rerun these stages even if their result is cached.
+        #[arg(long, num_args = 1.., value_name = "STAGE")]
+        force: Vec<String>,
+        /// Show what would run, run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Thread slots shared by concurrently running stages (default: --threads).
+        #[arg(short = 'j', long)]
+        jobs: Option<usize>,
+        /// After a failure, keep running stages that do not depend on it.
+        #[arg(long)]
+        keep_going: bool,
+        /// Override a param: stage.param=value (value in YAML syntax).
+        #[arg(short = 's', long = "set", value_name = "STAGE.PARAM=VALUE")]
+        set: Vec<Override>,
+        /// Print a JSON summary {ran, cached, failed, skipped} on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show which stages are fresh or stale, and why.
+    Status {
+        /// The pipeline file.
+        pipeline: Option<PathBuf>,
+        /// Override a param: stage.param=value.
+        #[arg(short = 's', long = "set", value_name = "STAGE.PARAM=VALUE")]
+        set: Vec<Override>,
+        /// Print a JSON array of {stage, state, reasons}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the stage graph.
+    Dag {
+        /// The pipeline file.
+        pipeline: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = DagFormat::Mermaid)]
+        format: DagFormat,
+    },
+    /// Show a stage's artifacts: paths, hashes and manifests.
+    Show {
+        /// The stage or instance name.
+        stage: String,
+        /// The pipeline file.
+        #[arg(short, long)]
+        pipeline: Option<PathBuf>,
+    },
+    /// List the artifacts in the store with their sizes.
+    Ls {
+        /// The pipeline file (its directory holds artifacts/).
+        pipeline: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the stage kinds this cwm knows, with their params.
+    Kinds,
+    /// Write the built-in default pipeline to a file.
+    Init {
+        /// Where to write it.
+        #[arg(default_value = "pipeline.yaml")]
+        path: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DagFormat {
+    Mermaid,
+    Dot,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<ExitCode> {
+    let threads = cli
+        .threads
+        .or_else(|| {
+            std::env::var("RAYON_NUM_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &usize| n > 0)
+        })
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .context("setting up the thread pool")?;
+    let registry = Registry::builtin();
+    match cli.command {
+        Command::Run {
+            pipeline,
+            only,
+            from,
+            force,
+            dry_run,
+            jobs,
+            keep_going,
+            set,
+            json,
+        } => {
+            let plan = load_plan(pipeline.as_deref(), &registry, &set)?;
+            let store = open_store(&plan)?;
+            let options = RunOptions {
+                only,
+                from,
+                force,
+                dry_run,
+                jobs: jobs.unwrap_or(threads),
+                keep_going,
+                json,
+            };
+            let mut display = Display::new(json);
+            let executor = Executor {
+                plan: &plan,
+                registry: &registry,
+                store: &store,
+            };
+            let report = executor.run(&options, &mut display)?;
+            if json {
+                println!("{}", report.to_json(dry_run));
+            }
+            Ok(if report.failed() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Status {
+            pipeline,
+            set,
+            json,
+        } => {
+            let plan = load_plan(pipeline.as_deref(), &registry, &set)?;
+            let store = open_store(&plan)?;
+            let lock = LockFile::read(&LockFile::path_for(&plan.pipeline.base_dir))?;
+            let statuses = cwm::status::status(&plan, &registry, &store, &lock);
+            store.save_stat_cache()?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&statuses)?)?;
+            } else {
+                for s in &statuses {
+                    writeln!(out, "{:<6} {}", s.state, s.stage)?;
+                    for r in &s.reasons {
+                        writeln!(out, "         {r}")?;
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dag { pipeline, format } => {
+            let plan = load_plan(pipeline.as_deref(), &registry, &[])?;
+            print!("{}", render_dag(&plan, format));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { stage, pipeline } => {
+            let plan = load_plan(pipeline.as_deref(), &registry, &[])?;
+            let store = open_store(&plan)?;
+            show(&plan, &registry, &store, &stage)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ls { pipeline, json } => {
+            let path = pipeline_path(pipeline.as_deref());
+            let base = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let store = Store::open(&base.join("artifacts"))?;
+            let artifacts = store.artifacts();
+            if json {
+                let rows: Vec<_> = artifacts
+                    .iter()
+                    .map(|m| {
+                        serde_json::json!({
+                            "hash": m.hash, "size": m.size, "files": m.files.len(),
+                            "instance": m.producer.instance, "output": m.producer.output,
+                            "finished": m.finished,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                let mut total = 0;
+                for m in &artifacts {
+                    total += m.size;
+                    println!(
+                        "{}  {:>10}  {:>5} files  {}.{}",
+                        short(&m.hash),
+                        human_bytes(m.size),
+                        m.files.len(),
+                        m.producer.instance,
+                        m.producer.output
+                    );
+                }
+                println!("{} artifacts, {}", artifacts.len(), human_bytes(total));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kinds => {
+            for kind in registry.kinds() {
+                println!("{} — {}", kind.name(), kind.doc());
+                for p in kind.params() {
+                    let default = match p.default.value() {
+                        Some(v) => format!(" (default {v})"),
+                        None if p.default == cwm_stage::ParamDefault::Required => {
+                            " (required)".to_owned()
+                        }
+                        None => String::new(),
+                    };
+                    println!("    {}: {}{default} — {}", p.name, p.ty, p.doc);
+                }
+                println!("    outputs: {}", kind.outputs().join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init { path } => {
+            if path.exists() {
+                bail!("{} exists; not overwriting it", path.display());
+            }
+            std::fs::write(&path, DEFAULT_PIPELINE)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn pipeline_path(given: Option<&Path>) -> PathBuf {
+    given.map_or_else(|| PathBuf::from("pipeline.yaml"), Path::to_path_buf)
+}
+
+/// Loads and orders the pipeline; without a file argument and without a
+/// `pipeline.yaml` here, uses the built-in default.
+fn load_plan(given: Option<&Path>, registry: &Registry, set: &[Override]) -> Result<Plan> {
+    let path = pipeline_path(given);
+    let pipeline = if given.is_none() && !path.exists() {
+        eprintln!(
+            "no pipeline.yaml here: using the built-in default pipeline (`cwm init` writes it out)"
+        );
+        pipeline::load_str(DEFAULT_PIPELINE, &path, registry, set)
+    } else {
+        pipeline::load(&path, registry, set)
+    };
+    let pipeline = pipeline.map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
+    Plan::new(pipeline).map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))
+}
+
+fn open_store(plan: &Plan) -> Result<Store> {
+    let root = plan.pipeline.base_dir.join("artifacts");
+    Store::open(&root).with_context(|| format!("opening the artifact store {}", root.display()))
+}
+
+fn render_dag(plan: &Plan, format: DagFormat) -> String {
+    let instances = &plan.pipeline.instances;
+    let mut out = String::new();
+    match format {
+        DagFormat::Mermaid => {
+            out.push_str("flowchart TD\n");
+            for &i in &plan.order {
+                out.push_str(&format!(
+                    "    n{i}[\"{} ({})\"]\n",
+                    instances[i].name.replace('"', "'"),
+                    instances[i].kind
+                ));
+            }
+            for &i in &plan.order {
+                for (input, refs) in &instances[i].inputs {
+                    for r in refs {
+                        out.push_str(&format!(
+                            "    n{} -->|{}→{input}| n{i}\n",
+                            r.producer, r.output
+                        ));
+                    }
+                }
+            }
+        }
+        DagFormat::Dot => {
+            out.push_str("digraph cwm {\n    rankdir=TB;\n    node [shape=box];\n");
+            for &i in &plan.order {
+                out.push_str(&format!(
+                    "    n{i} [label=\"{}\\n({})\"];\n",
+                    instances[i].name.replace('"', "\\\""),
+                    instances[i].kind
+                ));
+            }
+            for &i in &plan.order {
+                for (input, refs) in &instances[i].inputs {
+                    for r in refs {
+                        out.push_str(&format!(
+                            "    n{} -> n{i} [label=\"{}→{input}\"];\n",
+                            r.producer, r.output
+                        ));
+                    }
+                }
+            }
+            out.push_str("}\n");
+        }
+    }
+    out
+}
+
+fn show(plan: &Plan, registry: &Registry, store: &Store, selector: &str) -> Result<()> {
+    let indices = plan
+        .resolve(&[selector.to_owned()])
+        .map_err(anyhow::Error::msg)?;
+    let lock = LockFile::read(&LockFile::path_for(&plan.pipeline.base_dir))?;
+    let statuses = cwm::status::status(plan, registry, store, &lock);
+    for idx in indices {
+        let inst = &plan.pipeline.instances[idx];
+        let status = statuses.iter().find(|s| s.stage == inst.name);
+        println!("{} (kind {})", inst.name, inst.kind);
+        println!("  params: {}", inst.params.canonical());
+        if let Some(s) = status {
+            println!("  state: {}", s.state);
+            for r in &s.reasons {
+                println!("    {r}");
+            }
+        }
+        let Some(entry) = lock.get(&inst.name) else {
+            println!("  no result recorded in cwm.lock");
+            continue;
+        };
+        println!("  key: {}", entry.key);
+        for (output, hash) in &entry.outputs {
+            println!("  output {output}: {hash}");
+            println!("    path: {}", store.data_dir(hash).display());
+            match store.manifest(hash) {
+                Ok(m) => {
+                    println!(
+                        "    {} files, {}, ran {} → {} ({:.1}s) on {}, cwm {}",
+                        m.files.len(),
+                        human_bytes(m.size),
+                        m.started,
+                        m.finished,
+                        m.duration_s,
+                        m.host,
+                        m.cwm_version
+                    );
+                    for f in m.files.iter().take(20) {
+                        println!(
+                            "      {:>10}  {}  {}",
+                            human_bytes(f.size),
+                            short(&f.blake3),
+                            f.path
+                        );
+                    }
+                    if m.files.len() > 20 {
+                        println!("      … {} more", m.files.len() - 20);
+                    }
+                    println!(
+                        "    manifest: {}",
+                        store.artifact_dir(hash).join("manifest.json").display()
+                    );
+                    println!(
+                        "    log: {}",
+                        store.artifact_dir(hash).join(&m.log).display()
+                    );
+                }
+                Err(e) => println!("    not in the store: {e}"),
+            }
+        }
+    }
+    Ok(())
+}

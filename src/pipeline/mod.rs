@@ -146,8 +146,7 @@ impl std::str::FromStr for Override {
             Some(close) => lhs[close..].find('.').map(|i| close + i),
             None => lhs.find('.'),
         };
-        let dot =
-            split_at.ok_or_else(|| format!("`{text}`: expected stage.param=value"))?;
+        let dot = split_at.ok_or_else(|| format!("`{text}`: expected stage.param=value"))?;
         let (target, param) = (&lhs[..dot], &lhs[dot + 1..]);
         if target.is_empty() || param.is_empty() {
             return Err(format!("`{text}`: expected stage.param=value"));
@@ -229,6 +228,14 @@ struct StageDecl<'a> {
     /// Param names written in the file whose value could not be read.
     invalid_params: Vec<&'a str>,
     loc: Loc,
+}
+
+/// What input resolution needs to know about each instance.
+struct Known {
+    name: String,
+    stage: String,
+    matrix: Vec<(String, ParamValue)>,
+    kind: String,
 }
 
 struct Loader {
@@ -449,7 +456,10 @@ impl Loader {
         if !has_uses {
             self.error(
                 name.loc,
-                format!("stage `{}` has no `uses:` naming its stage kind", name.value),
+                format!(
+                    "stage `{}` has no `uses:` naming its stage kind",
+                    name.value
+                ),
             );
             return None;
         }
@@ -469,10 +479,7 @@ impl Loader {
                 loc: node.loc,
             }),
             other => {
-                self.error(
-                    node.loc,
-                    format!("expected {what}, found {}", other.kind()),
-                );
+                self.error(node.loc, format!("expected {what}, found {}", other.kind()));
                 None
             }
         }
@@ -584,7 +591,8 @@ impl Loader {
             let mut base = Params::new();
             // Names written in the file, valid or not (a mistyped param is
             // reported once, not also as missing).
-            let mut written: Vec<&str> = decl.params.iter().map(|(n, _)| n.value.as_str()).collect();
+            let mut written: Vec<&str> =
+                decl.params.iter().map(|(n, _)| n.value.as_str()).collect();
             written.extend(decl.matrix.iter().map(|(n, _)| n.value.as_str()));
             written.extend(decl.invalid_params.iter().copied());
             for (pname, pvalue) in &decl.params {
@@ -700,9 +708,14 @@ impl Loader {
             }
         }
         // Second pass: inputs.
-        let names: Vec<(String, String, Vec<(String, ParamValue)>, String)> = instances
+        let names: Vec<Known> = instances
             .iter()
-            .map(|(_, i)| (i.name.clone(), i.stage.clone(), i.matrix.clone(), i.kind.clone()))
+            .map(|(_, i)| Known {
+                name: i.name.clone(),
+                stage: i.stage.clone(),
+                matrix: i.matrix.clone(),
+                kind: i.kind.clone(),
+            })
             .collect();
         for idx in pending_inputs {
             let (decl, _) = &instances[idx];
@@ -727,8 +740,7 @@ impl Loader {
                         match specs.iter().find(|s| s.name == iname.value) {
                             Some(spec) => Some(*spec),
                             None => {
-                                let expected: Vec<&str> =
-                                    specs.iter().map(|s| s.name).collect();
+                                let expected: Vec<&str> = specs.iter().map(|s| s.name).collect();
                                 self.error(
                                     iname.loc,
                                     format!(
@@ -789,7 +801,7 @@ impl Loader {
     fn resolve_ref(
         &mut self,
         r: &Located<String>,
-        names: &[(String, String, Vec<(String, ParamValue)>, String)],
+        names: &[Known],
         consumer_matrix: &[(String, ParamValue)],
         registry: &Registry,
     ) -> Vec<InputRef> {
@@ -807,16 +819,16 @@ impl Loader {
         let by_instance: Vec<usize> = names
             .iter()
             .enumerate()
-            .filter(|(_, n)| n.0 == target)
+            .filter(|(_, n)| n.name == target)
             .map(|(i, _)| i)
             .collect();
         let candidates: Vec<usize> = if by_instance.is_empty() {
             names
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| n.1 == target)
+                .filter(|(_, n)| n.stage == target)
                 .filter(|(_, n)| {
-                    n.2.iter().all(|(k, v)| {
+                    n.matrix.iter().all(|(k, v)| {
                         consumer_matrix
                             .iter()
                             .find(|(ck, _)| ck == k)
@@ -829,11 +841,11 @@ impl Loader {
             by_instance
         };
         if candidates.is_empty() {
-            let exists = names.iter().any(|n| n.1 == target);
+            let exists = names.iter().any(|n| n.stage == target);
             let message = if exists {
                 format!("`{target}` has no matrix cell matching this stage's matrix values")
             } else {
-                let mut stages: Vec<&str> = names.iter().map(|n| n.1.as_str()).collect();
+                let mut stages: Vec<&str> = names.iter().map(|n| n.stage.as_str()).collect();
                 stages.dedup();
                 format!(
                     "unknown input `{text}`: no stage named `{target}` (stages: {})",
@@ -845,11 +857,8 @@ impl Loader {
         }
         let mut refs = Vec::new();
         for producer in candidates {
-            let kind_name = &names[producer].3;
-            let outputs = registry
-                .get(kind_name)
-                .map(|k| k.outputs())
-                .unwrap_or(&[]);
+            let kind_name = &names[producer].kind;
+            let outputs = registry.get(kind_name).map(|k| k.outputs()).unwrap_or(&[]);
             let output = match output {
                 Some(o) => o,
                 None if outputs.len() == 1 => outputs[0],
@@ -1022,7 +1031,11 @@ fn interpolate(s: &str, vars: &HashMap<String, Located<Node>>) -> Result<String,
                 Node::Int(i) => out.push_str(&i.to_string()),
                 Node::Float(x) => out.push_str(&x.to_string()),
                 Node::Bool(b) => out.push_str(&b.to_string()),
-                _ => return Err(format!("{name} (a list or mapping cannot be spliced into text)")),
+                _ => {
+                    return Err(format!(
+                        "{name} (a list or mapping cannot be spliced into text)"
+                    ));
+                }
             }
             rest = &tail[end + 1..];
         } else {

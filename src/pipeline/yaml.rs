@@ -279,10 +279,9 @@ mod tests {
 
     #[test]
     fn anchors_aliases_and_merge_keys_resolve() {
-        let root = parse(
-            "base: &b\n  lr: 0.1\n  wd: 0.0\ncopy: *b\nmerged:\n  <<: *b\n  wd: 0.5\n",
-        )
-        .unwrap();
+        let root =
+            parse("base: &b\n  lr: 0.1\n  wd: 0.0\ncopy: *b\nmerged:\n  <<: *b\n  wd: 0.5\n")
+                .unwrap();
         let entries = map(&root.value);
         let copy = map(&entries[1].1.value);
         assert_eq!(copy[0].1.value, Node::Float(0.1));

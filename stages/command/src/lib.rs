@@ -141,10 +141,13 @@ impl StageKind for CommandStage {
 /// replaced by `_`, so any input or param name makes a valid variable.
 fn env_name(prefix: &str, name: &str) -> String {
     let mut var = String::from(prefix);
-    var.extend(
-        name.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }),
-    );
+    var.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        }
+    }));
     var
 }
 
@@ -165,7 +168,10 @@ mod tests {
 
     #[test]
     fn env_names_are_sanitised() {
-        assert_eq!(env_name("CWM_PARAM_", "learning-rate.x"), "CWM_PARAM_learning_rate_x");
+        assert_eq!(
+            env_name("CWM_PARAM_", "learning-rate.x"),
+            "CWM_PARAM_learning_rate_x"
+        );
     }
 
     #[test]

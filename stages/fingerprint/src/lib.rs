@@ -42,7 +42,10 @@ pub fn emit() {
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }
-    println!("cargo:rerun-if-changed={}", manifest_dir.join("src").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest_dir.join("src").display()
+    );
     let code = format!(
         "/// blake3 of this crate's sources (Cargo.toml, build.rs, src/), computed at build time.\n\
          pub const SOURCE_FINGERPRINT: &str = \"{digest}\";\n"

@@ -396,10 +396,7 @@ mod tests {
             ParamValue::Float(1.0).canonical(),
             ParamValue::Int(1).canonical()
         );
-        assert_eq!(
-            ParamValue::Str("a\"b\n".into()).canonical(),
-            r#""a\"b\n""#
-        );
+        assert_eq!(ParamValue::Str("a\"b\n".into()).canonical(), r#""a\"b\n""#);
     }
 
     #[test]
@@ -435,8 +432,18 @@ mod tests {
         p.insert("n", ParamValue::Int(-3));
         assert_eq!(p.int("n").unwrap(), -3);
         assert!(p.uint("n").is_err());
-        assert!(p.str("n").unwrap_err().to_string().contains("expected a string"));
-        assert!(p.str("missing").unwrap_err().to_string().contains("not set"));
+        assert!(
+            p.str("n")
+                .unwrap_err()
+                .to_string()
+                .contains("expected a string")
+        );
+        assert!(
+            p.str("missing")
+                .unwrap_err()
+                .to_string()
+                .contains("not set")
+        );
         assert_eq!(p.str_or("missing", "d"), "d");
     }
 }

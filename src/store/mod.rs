@@ -1,0 +1,568 @@
+//! The local artifact store, `artifacts/` beside the pipeline file.
+//!
+//! Layout:
+//! ```text
+//! artifacts/
+//!   objects/<hash>/data/...       an artifact's files (read-only)
+//!   objects/<hash>/manifest.json  files with sizes and blake3, the producing
+//!                                 key's ingredients, cwm version, times, host
+//!   objects/<hash>/log.txt        the producing stage's log
+//!   keys/<key>.json               stage key -> {output name: artifact hash}
+//!   tmp/<pid>-<n>-<instance>/     work in progress, never read as finished
+//!   statcache.json                (size, mtime, inode) -> blake3 per file
+//! ```
+//!
+//! Invariants:
+//! - An `objects/<hash>` directory appears only by an atomic rename of a
+//!   complete, fsynced directory; its name is the digest of its `data/` files.
+//! - `keys/<key>.json` is written (atomically) only after every output it
+//!   names is in `objects/`. It is the "done" record: a stage killed at any
+//!   moment leaves at most orphaned temp or object directories, never a key.
+//! - Nothing in `objects/` is modified after the rename.
+
+pub mod hashing;
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::key::KeyIngredients;
+use hashing::{FileEntry, StatCache};
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O operation on a path failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A manifest or key record could not be read.
+    #[error("{path}: malformed store record: {message}")]
+    Malformed {
+        /// The record's path.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The manifest stored beside an artifact's files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Manifest format version.
+    pub format: u32,
+    /// The artifact's content hash (digest of `files`).
+    pub hash: String,
+    /// Every file under `data/`, sorted by path.
+    pub files: Vec<FileEntry>,
+    /// Total size of the files.
+    pub size: u64,
+    /// Who produced it.
+    pub producer: Producer,
+    /// The cwm version that produced it.
+    pub cwm_version: String,
+    /// When the stage started, RFC 3339 UTC.
+    pub started: String,
+    /// When the stage finished, RFC 3339 UTC.
+    pub finished: String,
+    /// Wall time of the stage in seconds.
+    pub duration_s: f64,
+    /// The machine it ran on.
+    pub host: String,
+    /// The log file beside the manifest.
+    pub log: String,
+}
+
+/// The producing instance and its key's ingredients.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Producer {
+    /// Instance name.
+    pub instance: String,
+    /// Output name within the instance.
+    pub output: String,
+    /// The stage key.
+    pub key: String,
+    /// Everything the key was computed from.
+    pub ingredients: KeyIngredients,
+}
+
+/// The record of a finished stage: its key and output hashes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KeyRecord {
+    /// Record format version.
+    pub format: u32,
+    /// The instance that produced it (informational: keys do not depend on names).
+    pub instance: String,
+    /// Output name -> artifact hash.
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// The state of an artifact on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Integrity {
+    /// Every file is present with the recorded size and hash.
+    Intact,
+    /// The artifact directory or its manifest is absent.
+    Missing,
+    /// A file is missing or differs; the string says which.
+    Corrupt(String),
+}
+
+/// A directory where a running stage writes its outputs before commit.
+#[derive(Debug)]
+pub struct Staging {
+    /// The staging root (`tmp/<pid>-<n>-<instance>`).
+    pub root: PathBuf,
+    /// Output name -> directory to fill.
+    pub outputs: BTreeMap<String, PathBuf>,
+    /// The stage log file.
+    pub log: PathBuf,
+}
+
+/// What [`Store::commit`] needs besides the staged files.
+#[derive(Debug, Clone)]
+pub struct CommitInfo<'a> {
+    /// Instance name.
+    pub instance: &'a str,
+    /// The stage key.
+    pub key: &'a str,
+    /// The key's ingredients.
+    pub ingredients: &'a KeyIngredients,
+    /// When the stage started.
+    pub started: SystemTime,
+    /// When it finished.
+    pub finished: SystemTime,
+}
+
+/// The artifact store of one pipeline.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    stat_cache: StatCache,
+}
+
+static STAGING_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` and removes temp
+    /// directories left by processes that are no longer running.
+    pub fn open(root: &Path) -> Result<Store, StoreError> {
+        for sub in ["objects", "keys", "tmp"] {
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        }
+        let store = Store {
+            root: root.to_path_buf(),
+            stat_cache: StatCache::load(&root.join("statcache.json")),
+        };
+        store.remove_dead_staging();
+        Ok(store)
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The stat cache used for hashing files.
+    pub fn stat_cache(&self) -> &StatCache {
+        &self.stat_cache
+    }
+
+    /// Saves the stat cache; call once at the end of a command.
+    pub fn save_stat_cache(&self) -> Result<(), StoreError> {
+        let path = self.root.join("statcache.json");
+        self.stat_cache.save(&path).map_err(io_err(&path))
+    }
+
+    /// `objects/<hash>`.
+    pub fn artifact_dir(&self, hash: &str) -> PathBuf {
+        self.root.join("objects").join(hash)
+    }
+
+    /// `objects/<hash>/data`: what stages read.
+    pub fn data_dir(&self, hash: &str) -> PathBuf {
+        self.artifact_dir(hash).join("data")
+    }
+
+    fn key_path(&self, key: &str) -> PathBuf {
+        self.root.join("keys").join(format!("{key}.json"))
+    }
+
+    /// The record of a finished stage with this key, if any.
+    pub fn lookup(&self, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let path = self.key_path(key);
+        match fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Malformed {
+                        path,
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// The manifest of artifact `hash`.
+    pub fn manifest(&self, hash: &str) -> Result<Manifest, StoreError> {
+        let path = self.artifact_dir(hash).join("manifest.json");
+        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        serde_json::from_slice(&bytes).map_err(|e| StoreError::Malformed {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks artifact `hash` against its manifest. Files whose stat matches
+    /// the stat cache are not reread.
+    pub fn integrity(&self, hash: &str) -> Integrity {
+        let Ok(manifest) = self.manifest(hash) else {
+            return Integrity::Missing;
+        };
+        let data = self.data_dir(hash);
+        for f in &manifest.files {
+            let path = data.join(&f.path);
+            match fs::metadata(&path) {
+                Ok(meta) if meta.len() == f.size => {}
+                Ok(meta) => {
+                    return Integrity::Corrupt(format!(
+                        "{} has {} bytes, expected {}",
+                        f.path,
+                        meta.len(),
+                        f.size
+                    ));
+                }
+                Err(_) => return Integrity::Corrupt(format!("{} is missing", f.path)),
+            }
+            match self.stat_cache.hash(&path) {
+                Ok(h) if h == f.blake3 => {}
+                Ok(_) => return Integrity::Corrupt(format!("{} has changed", f.path)),
+                Err(e) => return Integrity::Corrupt(format!("{}: {e}", f.path)),
+            }
+        }
+        Integrity::Intact
+    }
+
+    /// Creates a fresh staging directory with one empty directory per output.
+    pub fn stage(&self, instance: &str, outputs: &[&str]) -> Result<Staging, StoreError> {
+        let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let safe: String = instance
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect();
+        let root = self
+            .root
+            .join("tmp")
+            .join(format!("{}-{n}-{safe}", std::process::id()));
+        if root.exists() {
+            fs::remove_dir_all(&root).map_err(io_err(&root))?;
+        }
+        let mut dirs = BTreeMap::new();
+        for name in outputs {
+            let dir = root.join("out").join(name);
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            dirs.insert((*name).to_owned(), dir);
+        }
+        let log = root.join("log.txt");
+        File::create(&log).map_err(io_err(&log))?;
+        Ok(Staging {
+            root,
+            outputs: dirs,
+            log,
+        })
+    }
+
+    /// Hashes each staged output, moves it into `objects/` and finally writes
+    /// the key record. Returns output name -> artifact hash.
+    pub fn commit(
+        &self,
+        staging: Staging,
+        info: &CommitInfo,
+    ) -> Result<BTreeMap<String, String>, StoreError> {
+        let log_text = fs::read_to_string(&staging.log).unwrap_or_default();
+        let duration = info
+            .finished
+            .duration_since(info.started)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let mut hashes = BTreeMap::new();
+        for (name, dir) in &staging.outputs {
+            let files = hashing::hash_tree(dir).map_err(io_err(dir))?;
+            let hash = hashing::tree_digest(&files);
+            let final_dir = self.artifact_dir(&hash);
+            if !final_dir.join("manifest.json").exists() {
+                let build = staging.root.join(format!("artifact-{name}"));
+                fs::create_dir_all(&build).map_err(io_err(&build))?;
+                let data = build.join("data");
+                fs::rename(dir, &data).map_err(io_err(dir))?;
+                let manifest = Manifest {
+                    format: 1,
+                    hash: hash.clone(),
+                    size: files.iter().map(|f| f.size).sum(),
+                    files: files.clone(),
+                    producer: Producer {
+                        instance: info.instance.to_owned(),
+                        output: name.clone(),
+                        key: info.key.to_owned(),
+                        ingredients: info.ingredients.clone(),
+                    },
+                    cwm_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    started: rfc3339(info.started),
+                    finished: rfc3339(info.finished),
+                    duration_s: duration,
+                    host: host_name(),
+                    log: "log.txt".to_owned(),
+                };
+                let manifest_bytes =
+                    serde_json::to_vec_pretty(&manifest).map_err(|e| StoreError::Malformed {
+                        path: build.clone(),
+                        message: e.to_string(),
+                    })?;
+                write_synced(&build.join("manifest.json"), &manifest_bytes)?;
+                write_synced(&build.join("log.txt"), log_text.as_bytes())?;
+                make_read_only(&data, &files)?;
+                sync_dirs(&data)?;
+                sync_dir(&build)?;
+                match fs::rename(&build, &final_dir) {
+                    Ok(()) => {}
+                    // Another run committed the same content meanwhile.
+                    Err(_) if final_dir.join("manifest.json").exists() => {}
+                    Err(e) => {
+                        return Err(StoreError::Io {
+                            path: final_dir,
+                            source: e,
+                        });
+                    }
+                }
+                sync_dir(&self.root.join("objects"))?;
+            }
+            let data = self.data_dir(&hash);
+            for f in &files {
+                // Seed the stat cache so this artifact is never rehashed.
+                let _ = self.stat_cache.remember(&data.join(&f.path), &f.blake3);
+            }
+            hashes.insert(name.clone(), hash);
+        }
+        let record = KeyRecord {
+            format: 1,
+            instance: info.instance.to_owned(),
+            outputs: hashes.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| StoreError::Malformed {
+            path: self.key_path(info.key),
+            message: e.to_string(),
+        })?;
+        write_atomic(&self.key_path(info.key), &bytes).map_err(io_err(&self.key_path(info.key)))?;
+        let _ = fs::remove_dir_all(&staging.root);
+        Ok(hashes)
+    }
+
+    /// Removes a staging directory after a failed run, keeping its log text.
+    pub fn discard(&self, staging: Staging) -> String {
+        let log = fs::read_to_string(&staging.log).unwrap_or_default();
+        let _ = fs::remove_dir_all(&staging.root);
+        log
+    }
+
+    /// Removes `tmp/` entries whose owning process is gone.
+    fn remove_dead_staging(&self) {
+        let tmp = self.root.join("tmp");
+        let Ok(entries) = fs::read_dir(&tmp) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            let alive = match pid {
+                Some(pid) => Path::new("/proc").join(pid.to_string()).exists(),
+                None => false,
+            };
+            if !alive || pid == Some(std::process::id()) {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    /// Every artifact in the store with its manifest (unreadable ones skipped).
+    pub fn artifacts(&self) -> Vec<Manifest> {
+        let Ok(entries) = fs::read_dir(self.root.join("objects")) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Manifest> = entries
+            .flatten()
+            .filter_map(|e| self.manifest(&e.file_name().to_string_lossy()).ok())
+            .collect();
+        out.sort_by(|a, b| a.finished.cmp(&b.finished).then(a.hash.cmp(&b.hash)));
+        out
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut file = File::create(path).map_err(io_err(path))?;
+    file.write_all(bytes).map_err(io_err(path))?;
+    file.sync_all().map_err(io_err(path))
+}
+
+/// Writes `bytes` to `path` atomically: a temp file beside it, fsync, rename,
+/// fsync of the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{}.{}-{n}.tmp",
+        path.file_name()
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn make_read_only(data: &Path, files: &[FileEntry]) -> Result<(), StoreError> {
+    for f in files {
+        let path = data.join(&f.path);
+        let mut perms = fs::metadata(&path).map_err(io_err(&path))?.permissions();
+        perms.set_readonly(true);
+        fs::set_permissions(&path, perms).map_err(io_err(&path))?;
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+fn sync_dirs(root: &Path) -> Result<(), StoreError> {
+    sync_dir(root)?;
+    for entry in fs::read_dir(root).map_err(io_err(root))?.flatten() {
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            sync_dirs(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// This machine's host name.
+pub fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".into()))
+}
+
+/// `time` as RFC 3339 in UTC with millisecond precision.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_307_928_123);
+        assert_eq!(rfc3339(t), "2026-11-22T00:38:48.123Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn commit_is_content_addressed_and_verifiable() {
+        let root = std::env::temp_dir().join(format!("cwm-store-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let store = Store::open(&root).unwrap();
+        let ingredients = KeyIngredients::default();
+        let mut hashes = Vec::new();
+        for key in ["k1", "k2"] {
+            let staging = store.stage("inst[a=1]", &["out"]).unwrap();
+            fs::write(staging.outputs["out"].join("f.txt"), "same").unwrap();
+            let now = SystemTime::now();
+            let info = CommitInfo {
+                instance: "inst[a=1]",
+                key,
+                ingredients: &ingredients,
+                started: now,
+                finished: now,
+            };
+            hashes.push(store.commit(staging, &info).unwrap()["out"].clone());
+        }
+        assert_eq!(hashes[0], hashes[1], "identical outputs share one artifact");
+        assert_eq!(
+            store.lookup("k2").unwrap().unwrap().outputs["out"],
+            hashes[0]
+        );
+        assert_eq!(store.lookup("nope").unwrap(), None);
+        assert_eq!(store.integrity(&hashes[0]), Integrity::Intact);
+        assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+        let file = store.data_dir(&hashes[0]).join("f.txt");
+        let mut perms = fs::metadata(&file).unwrap().permissions();
+        assert!(perms.readonly());
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        fs::set_permissions(&file, perms).unwrap();
+        fs::write(&file, "evil").unwrap();
+        assert!(matches!(store.integrity(&hashes[0]), Integrity::Corrupt(_)));
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
