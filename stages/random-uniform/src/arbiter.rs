@@ -24,7 +24,7 @@
 
 use shakmaty::{
     Bitboard, Board, Chess, Color, EnPassantMode, Move, MoveList, Position, Square,
-    zobrist::Zobrist64,
+    zobrist::{Zobrist64, ZobristValue},
 };
 use thiserror::Error;
 
@@ -83,12 +83,62 @@ impl Key {
     }
 }
 
-/// The target square of a legal en-passant capture in `legal`, if there is one.
-fn legal_ep_square(legal: &MoveList) -> Option<Square> {
+/// The positions since the last irreversible move, one per ply, oldest first; the newest is
+/// the position one ply before the current one.
+///
+/// Hashes are kept apart from the full keys so that the scan reads one dense array and touches
+/// a full key only on a hash match.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    hashes: Vec<Zobrist64>,
+    keys: Vec<Key>,
+}
+
+impl Window {
+    fn clear(&mut self) {
+        self.hashes.clear();
+        self.keys.clear();
+    }
+
+    fn push(&mut self, key: Key) {
+        self.hashes.push(key.hash);
+        self.keys.push(key);
+    }
+
+    /// Occurrences of `key` among the positions `1 + skip`, `3 + skip`, ... plies before the
+    /// current one: `skip = 0` for a child of the current position, `skip = 1` for the current
+    /// position itself (only positions with the same side to move can be equal).
+    fn count(&self, key: &Key, skip: usize) -> usize {
+        self.hashes
+            .iter()
+            .zip(&self.keys)
+            .rev()
+            .skip(skip)
+            .step_by(2)
+            .filter(|(hash, other)| **hash == key.hash && *other == key)
+            .count()
+    }
+}
+
+/// The target square of a legal en-passant capture of `position`, whose legal moves are
+/// `legal`, if there is one.
+fn legal_ep_square(position: &Chess, legal: &MoveList) -> Option<Square> {
+    // Only a position right after a double push can have one; skip the scan otherwise.
+    position.maybe_ep_square()?;
     legal.iter().find_map(|m| match *m {
         Move::EnPassant { to, .. } => Some(to),
         _ => None,
     })
+}
+
+/// The Zobrist hash of `position` in [`EnPassantMode::Legal`], given its legal en-passant
+/// square `ep` (saves generating the en-passant moves a second time).
+fn legal_mode_hash(position: &Chess, ep: Option<Square>) -> Zobrist64 {
+    let mut hash: Zobrist64 = position.zobrist_hash(EnPassantMode::Always);
+    if let (Some(square), None) = (position.maybe_ep_square(), ep) {
+        hash ^= Zobrist64::zobrist_for_en_passant_file(square.file());
+    }
+    hash
 }
 
 /// python-chess's `_reduces_castling_rights(move)` in `position` (standard chess).
@@ -123,9 +173,8 @@ pub struct Arbiter {
     position: Chess,
     legal: MoveList,
     current: Key,
-    /// Keys of the positions before the current one since the last irreversible move, one per
-    /// ply, oldest first; the last entry is the position one ply ago.
-    history: Vec<Key>,
+    /// The positions before the current one since the last irreversible move.
+    window: Window,
     /// Occurrences of the current position in the window (itself included).
     current_count: u32,
     /// Whether some position of the window occurred at least twice.
@@ -149,7 +198,7 @@ impl Arbiter {
             position,
             legal,
             current,
-            history: Vec::new(),
+            window: Window::default(),
             current_count: 1,
             has_repeat: false,
         }
@@ -160,7 +209,7 @@ impl Arbiter {
         self.legal = position.legal_moves();
         self.current = Key::of(&position);
         self.position = position;
-        self.history.clear();
+        self.window.clear();
         self.current_count = 1;
         self.has_repeat = false;
     }
@@ -246,15 +295,8 @@ impl Arbiter {
                 Some(hash) => Key::new(&child, child.legal_ep_square(), hash),
                 None => Key::of(&child),
             };
-            // The child has the other side to move: compare with the positions an odd number
-            // of plies back (the current position cannot match).
-            let seen = self
-                .history
-                .iter()
-                .rev()
-                .step_by(2)
-                .filter(|k| **k == key)
-                .count();
+            // The child has the other side to move: the current position cannot match.
+            let seen = self.window.count(&key, 0);
             seen >= 2
         })
     }
@@ -301,24 +343,17 @@ impl Arbiter {
         let incremental = self.incremental_hash(m);
         self.position.play_unchecked(m);
         self.legal = self.position.legal_moves();
-        let hash = incremental.unwrap_or_else(|| self.position.zobrist_hash(EnPassantMode::Legal));
-        let next = Key::new(&self.position, legal_ep_square(&self.legal), hash);
+        let ep = legal_ep_square(&self.position, &self.legal);
+        let hash = incremental.unwrap_or_else(|| legal_mode_hash(&self.position, ep));
+        let next = Key::new(&self.position, ep, hash);
         let previous = std::mem::replace(&mut self.current, next);
         if irreversible {
-            self.history.clear();
+            self.window.clear();
             self.has_repeat = false;
         } else {
-            self.history.push(previous);
+            self.window.push(previous);
         }
-        // Same side to move: two, four, ... plies back.
-        let seen = self
-            .history
-            .iter()
-            .rev()
-            .skip(1)
-            .step_by(2)
-            .filter(|k| **k == self.current)
-            .count();
+        let seen = self.window.count(&self.current, 1);
         self.current_count = 1 + u32::try_from(seen).unwrap_or(u32::MAX - 1);
         if self.current_count >= 2 {
             self.has_repeat = true;
@@ -401,6 +436,23 @@ mod tests {
             arbiter.outcome().map(|o| o.termination),
             Some(Termination::InsufficientMaterial)
         );
+    }
+
+    #[test]
+    fn incremental_keys_equal_keys_from_scratch() {
+        let mut arbiter = Arbiter::default();
+        let mut choice = 12345usize;
+        for _ in 0..2000 {
+            if arbiter.legal_moves().is_empty() {
+                arbiter.restart(Chess::default());
+            }
+            assert_eq!(arbiter.current, Key::of(arbiter.position()));
+            choice = choice
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let index = (choice >> 33) % arbiter.legal_moves().len();
+            arbiter.play_nth(index).unwrap();
+        }
     }
 
     #[test]

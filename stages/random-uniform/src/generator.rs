@@ -21,7 +21,7 @@ use shakmaty::{Chess, Move};
 use crate::arbiter::Arbiter;
 use crate::fast_rng::Xoshiro256PlusPlus;
 use crate::game::Game;
-use crate::move_order::nth_in_python_order;
+use crate::move_order::python_order_index;
 use crate::python_random::PyRandom;
 
 /// The reference's minimum game length in full moves: games shorter than `2 * 10` plies are
@@ -59,11 +59,10 @@ fn play_game(
 
 /// One reference move: `legal[rng.randrange(len(legal))]` in python-chess order.
 fn reference_step(rng: &mut PyRandom, arbiter: &mut Arbiter) -> Option<Move> {
-    let mut legal = arbiter.legal_moves().clone();
-    let index = rng.randrange_usize(legal.len()).ok()?;
-    let m = nth_in_python_order(arbiter.position(), &mut legal, index)?;
-    arbiter.play(m).ok()?;
-    Some(m)
+    let legal = arbiter.legal_moves();
+    let rank = rng.randrange_usize(legal.len()).ok()?;
+    let index = python_order_index(arbiter.position(), legal, rank)?;
+    arbiter.play_nth(index).ok()
 }
 
 /// The reference generator (spec E.5): every game of a run seeded with `seed`, in order.

@@ -62,7 +62,7 @@ pub fn order_key(m: &Move, in_check: bool) -> u32 {
         } => {
             let group = if capture.is_some() {
                 Group::PawnCapture
-            } else if from.distance(to) == 2 {
+            } else if from.to_u32().abs_diff(to.to_u32()) == 16 {
                 Group::DoublePush
             } else {
                 Group::SinglePush
@@ -89,12 +89,37 @@ pub fn order_key(m: &Move, in_check: bool) -> u32 {
         | promotion_rank(promotion)
 }
 
+/// Most legal moves a chess position can have is 218; shakmaty's move list holds 256.
+const MAX_MOVES: usize = 256;
+
+/// Fills `keyed` with `order_key << 8 | index` for every move of `moves`, and returns the
+/// filled prefix. Keys are below 2^19, indexes below 256, so the packed values sort like the
+/// keys and remember where each move came from.
+fn keyed_indexes<'a>(
+    position: &Chess,
+    moves: &MoveList,
+    keyed: &'a mut [u32; MAX_MOVES],
+) -> &'a mut [u32] {
+    let in_check = position.is_check();
+    let n = moves.len().min(MAX_MOVES);
+    for (slot, (index, m)) in keyed.iter_mut().zip(moves.iter().enumerate()) {
+        // index < 256 because a move list holds at most 256 moves.
+        *slot = (order_key(m, in_check) << 8) | index as u32;
+    }
+    &mut keyed[..n]
+}
+
 /// Sorts a position's legal moves into python-chess's `board.legal_moves` order.
 ///
 /// `moves` must be the legal moves of `position` (as from [`Position::legal_moves`]).
 pub fn sort_python_order(position: &Chess, moves: &mut MoveList) {
-    let in_check = position.is_check();
-    moves.sort_unstable_by_key(|m| order_key(m, in_check));
+    let mut keyed = [0u32; MAX_MOVES];
+    let keyed = keyed_indexes(position, moves, &mut keyed);
+    keyed.sort_unstable();
+    let original = moves.clone();
+    for (slot, packed) in moves.iter_mut().zip(keyed.iter()) {
+        *slot = original[(packed & 0xff) as usize];
+    }
 }
 
 /// The legal moves of `position` in python-chess's `board.legal_moves` order.
@@ -113,17 +138,18 @@ pub fn legal_moves_python_order(position: &Chess) -> MoveList {
     moves
 }
 
-/// The move python-chess would list at `index` in `board.legal_moves`, without sorting the
-/// whole list; `None` when `index` is out of range.
+/// Where in `moves` (the legal moves of `position`, in any order) is the move python-chess
+/// would list at `rank` of `board.legal_moves`; `None` when `rank` is out of range.
 ///
-/// `moves` must be the legal moves of `position`; their order is changed.
-pub fn nth_in_python_order(position: &Chess, moves: &mut MoveList, index: usize) -> Option<Move> {
-    if index >= moves.len() {
+/// Selects in linear time on packed integer keys, without sorting or copying the moves.
+pub fn python_order_index(position: &Chess, moves: &MoveList, rank: usize) -> Option<usize> {
+    if rank >= moves.len() {
         return None;
     }
-    let in_check = position.is_check();
-    let (_, nth, _) = moves.select_nth_unstable_by_key(index, |m| order_key(m, in_check));
-    Some(*nth)
+    let mut keyed = [0u32; MAX_MOVES];
+    let keyed = keyed_indexes(position, moves, &mut keyed);
+    let (_, nth, _) = keyed.select_nth_unstable(rank);
+    Some((*nth & 0xff) as usize)
 }
 
 #[cfg(test)]
@@ -191,17 +217,14 @@ mod tests {
     }
 
     #[test]
-    fn nth_matches_sorted() {
+    fn index_of_rank_matches_sorted() {
         let position = Chess::default();
         let sorted = legal_moves_python_order(&position);
-        for index in 0..sorted.len() {
-            let mut moves = position.legal_moves();
-            assert_eq!(
-                nth_in_python_order(&position, &mut moves, index),
-                Some(sorted[index])
-            );
+        let moves = position.legal_moves();
+        for (rank, want) in sorted.iter().enumerate() {
+            let index = python_order_index(&position, &moves, rank).unwrap();
+            assert_eq!(moves[index], *want);
         }
-        let mut moves = position.legal_moves();
-        assert_eq!(nth_in_python_order(&position, &mut moves, 20), None);
+        assert_eq!(python_order_index(&position, &moves, 20), None);
     }
 }
