@@ -33,7 +33,7 @@ const STANDARD_VARIANT_NAMES: [&str; 5] =
 pub struct GameHeaders {
     /// `Event`, e.g. "Rated Blitz game".
     pub event: Option<String>,
-    /// `Site`, e.g. "https://lichess.org/abcdEFGH"; the source of the game's id.
+    /// `Site`, e.g. `https://lichess.org/abcdEFGH`; the source of the game's id.
     pub site: Option<String>,
     /// `Result`: "1-0", "0-1", "1/2-1/2" or "*".
     pub result: Option<String>,
