@@ -7,15 +7,11 @@
 //! * Ids follow the reference: `cwm_random_` and the index among *all* generated games,
 //!   zero-padded to five digits (spec E.3), so dropped short games leave gaps.
 
-use cwm_chess::encode::{EpConvention, StateLabels, encode_state, pack_move};
+use cwm_chess::encode::{EpConvention, START, StateLabels, encode_state, pack_move};
+use cwm_chess::ids::random_game_id;
 use shakmaty::{Chess, Position};
 
 use crate::termination::{GameResult, Outcome, Termination};
-
-/// The example id of the random game with index `index`: `cwm_random_{index:05}`.
-pub fn random_game_id(index: u64) -> String {
-    format!("cwm_random_{index:05}")
-}
 
 /// A finished random game.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +57,11 @@ impl Game {
     /// Packed move ids (spec A.1), one per ply, without the leading `START` token.
     pub fn moves(&self) -> &[u16] {
         &self.moves
+    }
+
+    /// The model's input tokens: `START`, then the packed moves (spec A.1; `plies + 1` tokens).
+    pub fn tokens(&self) -> impl Iterator<Item = u16> + '_ {
+        std::iter::once(START).chain(self.moves.iter().copied())
     }
 
     /// Why and how the game ended.
@@ -140,11 +141,22 @@ impl Iterator for Positions<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generator::fast_game;
 
     #[test]
-    fn ids_are_zero_padded() {
-        assert_eq!(random_game_id(0), "cwm_random_00000");
-        assert_eq!(random_game_id(42), "cwm_random_00042");
-        assert_eq!(random_game_id(123_456), "cwm_random_123456");
+    fn ids_tokens_and_states_line_up() {
+        let game = fast_game(0, 42).unwrap();
+        assert_eq!(game.id(), "cwm_random_00042");
+        let tokens: Vec<u16> = game.tokens().collect();
+        assert_eq!(tokens[0], START);
+        assert_eq!(&tokens[1..], game.moves());
+        assert_eq!(
+            game.states(EpConvention::Reference).count(),
+            game.plies() + 1
+        );
+        assert_eq!(
+            game.positions().last().as_ref(),
+            Some(game.final_position())
+        );
     }
 }

@@ -3,6 +3,7 @@
 use std::fs;
 
 use cwm_chess::encode::{EpConvention, START, write_uci};
+use cwm_chess::jsonl::append_example_line;
 use cwm_random_uniform::generator::{DEFAULT_MIN_FULLMOVES, Games, Mode};
 use cwm_random_uniform::{Game, Termination};
 use serde_json::Value;
@@ -69,6 +70,31 @@ fn first_50_games_match_reference_jsonl() {
         }
     }
     println!("{} of 50 reference games match exactly", games.len());
+}
+
+#[test]
+fn first_50_lines_are_byte_identical() {
+    let Some(path) = shared_data(JSONL) else {
+        return;
+    };
+    let want = fs::read(path).expect("readable reference JSONL");
+    let mut got = Vec::with_capacity(want.len());
+    for game in first_kept_games(50) {
+        let tokens: Vec<u16> = game.tokens().collect();
+        let states: Vec<_> = game.states(EpConvention::Reference).collect();
+        append_example_line(
+            &mut got,
+            &game.id(),
+            &tokens,
+            &states,
+            game.result().as_str(),
+        )
+        .expect("moves and states line up");
+    }
+    assert!(
+        got == want,
+        "the generated JSONL differs from the reference file"
+    );
 }
 
 #[test]
