@@ -210,11 +210,14 @@ pub fn load_str(
     }
 }
 
+/// The pipeline file's directory, made absolute so artifact paths handed to
+/// stages and printed to people do not depend on the working directory.
 fn base_dir_of(path: &Path) -> PathBuf {
-    match path.parent() {
+    let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
-    }
+    };
+    std::path::absolute(&parent).unwrap_or(parent)
 }
 
 /// A stage as written, before matrix expansion.

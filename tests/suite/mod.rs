@@ -1,0 +1,119 @@
+//! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
+
+mod executor;
+mod pipeline_errors;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temp directory holding a pipeline; removed on drop.
+pub struct Workspace {
+    pub dir: PathBuf,
+}
+
+impl Workspace {
+    /// A fresh workspace named after the test.
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir()
+            .join("cwm-tests")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create workspace");
+        Workspace { dir }
+    }
+
+    /// Writes `pipeline.yaml`.
+    pub fn pipeline(&self, text: &str) -> &Self {
+        self.write("pipeline.yaml", text);
+        self
+    }
+
+    /// Writes a file in the workspace.
+    pub fn write(&self, rel: &str, text: &str) {
+        let path = self.dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(path, text).expect("write file");
+    }
+
+    /// Runs `cwm ARGS` in the workspace.
+    pub fn cwm(&self, args: &[&str]) -> Output {
+        cwm_command(&self.dir, args).output().expect("run cwm")
+    }
+
+    /// Runs `cwm ARGS`, asserts success, returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cwm(args);
+        assert!(
+            out.status.success(),
+            "cwm {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `cwm run --json` → the parsed summary.
+    pub fn run_json(&self, extra: &[&str]) -> serde_json::Value {
+        let mut args = vec!["run", "--json"];
+        args.extend_from_slice(extra);
+        let stdout = self.ok(&args);
+        serde_json::from_str(&stdout).expect("run --json prints JSON")
+    }
+
+    /// `cwm status --json` → (stage, state, reasons) rows.
+    pub fn status(&self) -> Vec<(String, String, Vec<String>)> {
+        let stdout = self.ok(&["status", "--json"]);
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).expect("JSON");
+        rows.into_iter()
+            .map(|r| {
+                (
+                    r["stage"].as_str().unwrap_or_default().to_owned(),
+                    r["state"].as_str().unwrap_or_default().to_owned(),
+                    r["reasons"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// The artifacts directory.
+    pub fn artifacts(&self) -> PathBuf {
+        self.dir.join("artifacts")
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `cwm` command in `dir`.
+pub fn cwm_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cwm"));
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("RAYON_NUM_THREADS");
+    cmd
+}
+
+/// The names in a JSON array field.
+pub fn names(summary: &serde_json::Value, field: &str) -> Vec<String> {
+    summary[field]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
