@@ -15,3 +15,8 @@ pub fn shared_data(relative: &str) -> Option<PathBuf> {
         None
     }
 }
+
+/// Whether the slow variants of the tests were asked for (`CWM_SLOW_TESTS=1`).
+pub fn slow_tests() -> bool {
+    std::env::var_os("CWM_SLOW_TESTS").is_some_and(|value| !value.is_empty() && value != "0")
+}

@@ -8,6 +8,7 @@ use cwm_random_uniform::generator::{FastGames, ReferenceGames, fast_game};
 use cwm_random_uniform::{Game, Termination};
 use shakmaty::{Chess, Move, Position};
 
+use super::data::slow_tests;
 use super::naive;
 
 /// Replays `game` with legality checks and the naive referee at every ply.
@@ -54,7 +55,7 @@ fn check_game(game: &Game) {
 
 #[test]
 fn fast_games_are_legal_and_end_at_the_first_firing_rule() {
-    let n_games = 60;
+    let n_games = if slow_tests() { 2000 } else { 60 };
     let mut seen = std::collections::BTreeSet::new();
     for index in 0..n_games {
         let game = fast_game(11, index).expect("a game");
@@ -68,7 +69,8 @@ fn fast_games_are_legal_and_end_at_the_first_firing_rule() {
 
 #[test]
 fn reference_games_agree_with_the_naive_referee() {
-    for game in ReferenceGames::new(3).take(12) {
+    let n_games = if slow_tests() { 300 } else { 12 };
+    for game in ReferenceGames::new(3).take(n_games) {
         check_game(&game);
     }
 }

@@ -4,9 +4,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use cwm_chess::encode::write_uci;
 use cwm_random_uniform::Arbiter;
+use cwm_random_uniform::generator::ReferenceGames;
 use cwm_random_uniform::move_order::legal_moves_python_order;
 use serde_json::Value;
+
+use super::data::slow_tests;
 use shakmaty::{CastlingMode, Chess, fen::Fen, uci::UciMove};
 
 const PYTHON_CHESS_VERSION: &str = "1.11.2";
@@ -53,7 +57,7 @@ fn move_order_and_outcomes_match_python_chess() {
     let script = manifest_dir().join("tests/python/crosscheck.py");
     let out = Command::new("python3")
         .arg(&script)
-        .args(["8", "2024"])
+        .args(["positions", if slow_tests() { "100" } else { "8" }, "2024"])
         .output()
         .expect("python3 runs");
     assert!(
@@ -66,8 +70,9 @@ fn move_order_and_outcomes_match_python_chess() {
     let (mut n_games, mut n_positions) = (0, 0);
     for line in stdout.lines() {
         let game: Value = serde_json::from_str(line).expect("JSON line");
-        if let Some(speed) = game.get("games_per_second") {
-            println!("python-chess reference loop: {speed} games/s");
+        if let Some(games) = game.get("games_per_second") {
+            let plies = &game["plies_per_second"];
+            println!("python-chess reference loop: {games} games/s, {plies} plies/s");
             continue;
         }
         let fen = game["fen"].as_str().expect("fen");
@@ -112,4 +117,50 @@ fn move_order_and_outcomes_match_python_chess() {
     }
     assert!(n_games > 0);
     println!("python-chess agrees on {n_games} games, {n_positions} positions");
+}
+
+#[test]
+fn reference_generator_matches_python_for_another_seed() {
+    if !python_chess_available() {
+        return;
+    }
+    let n_games = if slow_tests() { 300 } else { 10 };
+    let script = manifest_dir().join("tests/python/crosscheck.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["reference", "1", &n_games.to_string()])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "crosscheck.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), n_games);
+    for (line, game) in lines.iter().zip(ReferenceGames::new(1)) {
+        let want: Value = serde_json::from_str(line).expect("JSON line");
+        let mut moves = String::new();
+        for &m in game.moves() {
+            if !moves.is_empty() {
+                moves.push(' ');
+            }
+            assert!(write_uci(m, &mut moves));
+        }
+        let id = game.id();
+        assert_eq!(want["plies"].as_u64(), Some(game.plies() as u64), "{id}");
+        assert_eq!(want["moves"].as_str(), Some(moves.as_str()), "{id}");
+        assert_eq!(
+            want["termination"].as_str(),
+            Some(game.termination().python_name()),
+            "{id}"
+        );
+        assert_eq!(
+            want["result"].as_str(),
+            Some(game.result().as_str()),
+            "{id}"
+        );
+    }
+    println!("seed 1: {n_games} generated games identical to python-chess");
 }

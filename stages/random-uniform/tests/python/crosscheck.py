@@ -1,17 +1,20 @@
 """Random games played with python-chess, for cross-checking cwm-random-uniform.
 
-Plays uniformly random games exactly like the reference generator (board.legal_moves order,
-stopping at board.outcome(claim_draw=True)) from a few start positions, and prints one JSON
-object per game on stdout:
+`crosscheck.py positions GAMES_PER_START SEED` plays uniformly random games exactly like the
+reference generator (board.legal_moves order, stopping at board.outcome(claim_draw=True)) from
+a few start positions, and prints one JSON object per game on stdout:
 
     {"fen": start FEN, "moves": [UCI, ...], "orders": [legal moves of every position, in
      python-chess order, space-separated; the last is the final position],
      "termination": "CHECKMATE" | ..., "result": "1-0" | "0-1" | "1/2-1/2"}
 
-A last line {"games_per_second": ...} reports this process's speed for the plain reference
-loop (no recording), to compare with the Rust fast mode.
+A last line {"games_per_second": ..., "plies_per_second": ...} reports this process's speed for
+the plain reference loop (no recording), to compare with the Rust fast mode.
 
-Usage: python3 crosscheck.py GAMES_PER_START SEED
+`crosscheck.py reference SEED GAMES` runs the reference generator's loop itself (one
+random.Random(SEED) for all games, from the standard start) and prints one JSON object per
+generated game, short ones included: {"plies", "moves": "uci uci ...", "termination",
+"result"}.
 """
 
 import json
@@ -52,9 +55,20 @@ def play(board, rng, record):
     return moves, orders, outcome
 
 
-def main():
-    per_start = int(sys.argv[1])
-    seed = int(sys.argv[2])
+def reference(seed, games):
+    rng = random.Random(seed)
+    for _ in range(games):
+        board = chess.Board()
+        moves, _, outcome = play(board, rng, record=False)
+        print(json.dumps({
+            "plies": len(moves),
+            "moves": " ".join(moves),
+            "termination": outcome.termination.name,
+            "result": board.result(claim_draw=True),
+        }))
+
+
+def positions(per_start, seed):
     rng = random.Random(seed)
     for fen in START_FENS:
         for _ in range(per_start):
@@ -69,11 +83,17 @@ def main():
             }))
     timing_rng = random.Random(seed)
     started = time.perf_counter()
-    games = 3
-    for _ in range(games):
-        play(chess.Board(), timing_rng, record=False)
+    games = 5
+    plies = sum(len(play(chess.Board(), timing_rng, record=False)[0]) for _ in range(games))
     elapsed = time.perf_counter() - started
-    print(json.dumps({"games_per_second": games / elapsed}))
+    print(json.dumps({"games_per_second": games / elapsed, "plies_per_second": plies / elapsed}))
+
+
+def main():
+    if sys.argv[1] == "reference":
+        reference(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        positions(int(sys.argv[2]), int(sys.argv[3]))
 
 
 if __name__ == "__main__":
