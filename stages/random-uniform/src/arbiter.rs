@@ -230,7 +230,8 @@ impl Arbiter {
     }
 
     /// python-chess's `board.outcome(claim_draw=True)`: why the game is over, or `None` if it
-    /// goes on.
+    /// goes on. `None` implies at least one legal move (no legal move is always checkmate,
+    /// stalemate or, checked between them, insufficient material).
     pub fn outcome(&self) -> Option<Outcome> {
         self.termination()
             .map(|termination| Outcome::new(termination, self.position.turn()))
