@@ -1,0 +1,245 @@
+//! The interface every family shares (spec A.1, A.3): the input embedding, the output head and
+//! the split of the head's 1,878 logits into the 75 labels' groups.
+
+use burn::module::Param;
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
+use burn::prelude::*;
+
+/// Size of the input vocabulary: 20,480 packed moves, then `START` and `PAD`.
+pub const MOVE_VOCAB: usize = 20_482;
+/// The start token, first in every sequence.
+pub const START_TOKEN: i64 = 20_480;
+/// The padding token, after the end of a sequence.
+pub const PAD_TOKEN: i64 = 20_481;
+/// Number of categorical labels per step.
+pub const N_LABELS: usize = 75;
+/// Width of the output head: the labels' class counts summed.
+pub const HEAD_OUT: usize = 1_878;
+
+/// One group of labels that share a class count and sit side by side in the head's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelGroup {
+    /// Name of the group, as in the reference's output dictionary.
+    pub name: &'static str,
+    /// Index of the group's first logit in the head's output.
+    pub logit_offset: usize,
+    /// Index of the group's first label in the 75 targets.
+    pub first_label: usize,
+    /// Number of labels in the group.
+    pub n_labels: usize,
+    /// Classes per label.
+    pub n_classes: usize,
+}
+
+impl LabelGroup {
+    const fn new(
+        name: &'static str,
+        logit_offset: usize,
+        first_label: usize,
+        n_labels: usize,
+        n_classes: usize,
+    ) -> Self {
+        Self {
+            name,
+            logit_offset,
+            first_label,
+            n_labels,
+            n_classes,
+        }
+    }
+
+    /// Number of logits the group occupies.
+    pub const fn n_logits(&self) -> usize {
+        self.n_labels * self.n_classes
+    }
+}
+
+/// The seven output groups in head order (spec A.3). Label `first_label + r` owns logits
+/// `logit_offset + r·n_classes .. + n_classes`.
+pub const LABEL_GROUPS: [LabelGroup; 7] = [
+    LabelGroup::new("pieces", 0, 0, 64, 13),
+    LabelGroup::new("side", 832, 64, 1, 2),
+    LabelGroup::new("castle", 834, 65, 4, 2),
+    LabelGroup::new("ep_file", 842, 69, 1, 9),
+    LabelGroup::new("ep_rank", 851, 70, 1, 3),
+    LabelGroup::new("halfmove", 854, 71, 2, 256),
+    LabelGroup::new("fullmove", 1366, 73, 2, 256),
+];
+
+/// Number of classes of each of the 75 labels, in target order.
+pub fn label_classes() -> [usize; N_LABELS] {
+    let mut classes = [0; N_LABELS];
+    for group in LABEL_GROUPS {
+        for r in 0..group.n_labels {
+            classes[group.first_label + r] = group.n_classes;
+        }
+    }
+    classes
+}
+
+/// The head's output cut into the label groups (spec A.3).
+#[derive(Debug, Clone)]
+pub struct HeadLogits {
+    /// Piece on each square, state order a8..h1. `[batch, seq, 64, 13]`
+    pub pieces: Tensor<4>,
+    /// Side to move. `[batch, seq, 2]`
+    pub side: Tensor<3>,
+    /// Castling rights K, Q, k, q. `[batch, seq, 4, 2]`
+    pub castle: Tensor<4>,
+    /// En-passant file (0 none, 1..8 = a..h). `[batch, seq, 9]`
+    pub ep_file: Tensor<3>,
+    /// En-passant rank (0 none, 1 rank 3, 2 rank 6). `[batch, seq, 3]`
+    pub ep_rank: Tensor<3>,
+    /// Halfmove clock, high byte then low byte. `[batch, seq, 2, 256]`
+    pub halfmove: Tensor<4>,
+    /// Fullmove number, high byte then low byte. `[batch, seq, 2, 256]`
+    pub fullmove: Tensor<4>,
+}
+
+/// Cuts the head's output into the label groups.
+///
+/// # Shapes
+/// - `logits`: `[batch, seq, 1878]`
+/// - output: see the fields of [`HeadLogits`].
+///
+/// # Errors
+/// [`crate::ModelError::Shape`] when the last dimension is not 1,878.
+pub fn split_head(logits: Tensor<3>) -> Result<HeadLogits, crate::ModelError> {
+    let [batch, seq, width] = logits.dims();
+    if width != HEAD_OUT {
+        return Err(crate::ModelError::Shape(format!(
+            "head output has width {width}, expected {HEAD_OUT}"
+        )));
+    }
+    let group4 = |g: &LabelGroup| -> Tensor<4> {
+        logits
+            .clone()
+            .narrow(2, g.logit_offset, g.n_logits())
+            .reshape([batch, seq, g.n_labels, g.n_classes])
+    };
+    let group3 =
+        |g: &LabelGroup| -> Tensor<3> { logits.clone().narrow(2, g.logit_offset, g.n_logits()) };
+    let [pieces, side, castle, ep_file, ep_rank, halfmove, fullmove] = &LABEL_GROUPS;
+    Ok(HeadLogits {
+        pieces: group4(pieces),
+        side: group3(side),
+        castle: group4(castle),
+        ep_file: group3(ep_file),
+        ep_rank: group3(ep_rank),
+        halfmove: group4(halfmove),
+        fullmove: group4(fullmove),
+    })
+}
+
+/// The head's output as per-class views for the loss and metrics: each entry is
+/// `(first_label, logits [batch, seq, n_labels, n_classes])`. Labels with the same class count
+/// that sit side by side are merged (halfmove and fullmove form one `[.., 4, 256]` view).
+pub(crate) fn class_views(logits: Tensor<3>) -> Vec<(usize, Tensor<4>)> {
+    let [batch, seq, _] = logits.dims();
+    let mut views: Vec<(usize, usize, usize, usize)> = Vec::new(); // first label, offset, n, C
+    for g in LABEL_GROUPS {
+        match views.last_mut() {
+            Some(last) if last.3 == g.n_classes && last.1 + last.2 * last.3 == g.logit_offset => {
+                last.2 += g.n_labels;
+            }
+            _ => views.push((g.first_label, g.logit_offset, g.n_labels, g.n_classes)),
+        }
+    }
+    views
+        .into_iter()
+        .map(|(first, offset, n, classes)| {
+            let view = logits
+                .clone()
+                .narrow(2, offset, n * classes)
+                .reshape([batch, seq, n, classes]);
+            (first, view)
+        })
+        .collect()
+}
+
+/// How a family initialises its input embedding (spec F.16).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EmbeddingInit {
+    /// N(0, 1), PyTorch's default (Transformer, SLiCE).
+    TorchDefault,
+    /// N(0, std²) (GDN and Mamba use std 0.02).
+    Normal {
+        /// Standard deviation.
+        std: f64,
+    },
+}
+
+/// How a family initialises its output head (spec F.16).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HeadInit {
+    /// PyTorch's default Linear init, weight and bias U(−1/√d, 1/√d) (Transformer, SLiCE).
+    TorchDefault,
+    /// Default weight, zero bias (Mamba).
+    TorchDefaultZeroBias,
+    /// Weight N(0, std²), zero bias (GDN uses std 0.02).
+    NormalZeroBias {
+        /// Standard deviation of the weight.
+        std: f64,
+    },
+}
+
+/// The input embedding `Embedding(20482, d)`.
+pub fn input_embedding(d_model: usize, init: EmbeddingInit, device: &Device) -> Embedding {
+    let initializer = match init {
+        EmbeddingInit::TorchDefault => Initializer::Normal {
+            mean: 0.0,
+            std: 1.0,
+        },
+        EmbeddingInit::Normal { std } => Initializer::Normal { mean: 0.0, std },
+    };
+    EmbeddingConfig::new(MOVE_VOCAB, d_model)
+        .with_initializer(initializer)
+        .init(device)
+}
+
+/// The output head `Linear(d → 1878)` with bias.
+pub fn output_head(d_model: usize, init: HeadInit, device: &Device) -> Linear {
+    let config = LinearConfig::new(d_model, HEAD_OUT);
+    match init {
+        HeadInit::TorchDefault => config.init(device),
+        HeadInit::TorchDefaultZeroBias => {
+            let mut head = config.init(device);
+            head.bias = Some(Param::from_tensor(Tensor::zeros([HEAD_OUT], device)));
+            head
+        }
+        HeadInit::NormalZeroBias { std } => {
+            let mut head = config
+                .with_initializer(Initializer::Normal { mean: 0.0, std })
+                .init(device);
+            head.bias = Some(Param::from_tensor(Tensor::zeros([HEAD_OUT], device)));
+            head
+        }
+    }
+}
+
+/// PyTorch's default `Linear(d_input → d_output)`: weight and bias U(−1/√d_input, 1/√d_input).
+/// burn's default initializer is exactly this; the function names the intent.
+pub fn torch_linear(d_input: usize, d_output: usize, bias: bool, device: &Device) -> Linear {
+    LinearConfig::new(d_input, d_output)
+        .with_bias(bias)
+        .init(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_tile_the_head_and_the_labels() {
+        let mut logit = 0;
+        let mut label = 0;
+        for g in LABEL_GROUPS {
+            assert_eq!(g.logit_offset, logit, "{}", g.name);
+            assert_eq!(g.first_label, label, "{}", g.name);
+            logit += g.n_logits();
+            label += g.n_labels;
+        }
+        assert_eq!((logit, label), (HEAD_OUT, N_LABELS));
+        assert_eq!(label_classes().iter().sum::<usize>(), HEAD_OUT);
+    }
+}

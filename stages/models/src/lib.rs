@@ -1,0 +1,48 @@
+//! The Chess-World-Model benchmark's model families in burn, with the shared output head, the
+//! reference loss and the reference metrics.
+//!
+//! - Every family maps move ids `[batch, seq]` to the 1,878 logits of the 75 state labels at
+//!   every step (`Embedding(20482, d)` → family body → `Linear(d → 1878)`), spec A.3.
+//! - [`Model`] is the one type callers hold; [`Model::init`] builds any family from a
+//!   [`ModelConfig`]. Families plug in as described in the [`model`] module.
+//! - [`state_loss`] is the reference's masked, micro-averaged cross-entropy (spec A.4);
+//!   [`correct_counts`] and [`StateMetrics`] give ExactState, Labelwise, Trajectory exactness
+//!   and prefix bins (spec A.5).
+//! - The reference code wins over the paper where they differ; the paper's variant is an
+//!   option where the spec flags one (e.g. [`Rope::Standard`], `mamba3_mimo`).
+//!
+//! The backend is burn's pure-Rust CPU backend (`flex`), chosen at run time through
+//! `burn::prelude::Device`; autodiff is a decorator on the device.
+//!
+//! ```
+//! use burn::prelude::*;
+//! use cwm_models::{Family, Model, ModelConfig, Size, StateModel, params};
+//!
+//! let device = Device::flex();
+//! let model = Model::init(&ModelConfig::new(Family::SliceDiag, Size::D128), &device).unwrap();
+//! let moves = Tensor::<2, Int>::from_data([[20480, 1310, 5000]], &device);
+//! assert_eq!(model.logits(moves).dims(), [1, 3, 1878]);
+//! assert_eq!(params(Family::Transformer, Size::D128).unwrap(), 3_128_150);
+//! ```
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod error;
+pub mod head;
+pub mod loss;
+pub mod metrics;
+pub mod model;
+pub mod slice;
+pub mod transformer;
+
+pub use config::{Family, ModelConfig, Rope, Scan, Size};
+pub use error::ModelError;
+pub use head::{
+    EmbeddingInit, HEAD_OUT, HeadInit, HeadLogits, LABEL_GROUPS, LabelGroup, MOVE_VOCAB, N_LABELS,
+    PAD_TOKEN, START_TOKEN, input_embedding, label_classes, output_head, split_head, torch_linear,
+};
+pub use loss::{StateLoss, state_loss, step_cross_entropy, valid_mask};
+pub use metrics::{BinCounts, StateMetrics, correct_counts};
+pub use model::{IMPLEMENTED, Model, StateModel, params, params_of};
+
+include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

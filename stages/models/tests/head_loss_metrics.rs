@@ -1,0 +1,234 @@
+//! The shared head split, the loss (spec A.4) and the metrics (spec A.5) on tiny hand examples.
+
+use burn::prelude::*;
+use cwm_models::{
+    HEAD_OUT, LABEL_GROUPS, N_LABELS, StateMetrics, correct_counts, label_classes, split_head,
+    state_loss, valid_mask,
+};
+
+fn device() -> Device {
+    Device::flex()
+}
+
+fn tensor3(values: Vec<f32>, shape: [usize; 3]) -> Tensor<3> {
+    Tensor::from_data(TensorData::new(values, shape), &device())
+}
+
+fn targets3(values: Vec<i64>, shape: [usize; 3]) -> Tensor<3, Int> {
+    Tensor::from_data(TensorData::new(values, shape), &device())
+}
+
+fn scalar(t: Tensor<1>) -> f64 {
+    t.into_data().try_to_vec::<f32>().unwrap()[0] as f64
+}
+
+/// Logit offset of each label's first class, computed from the class counts alone.
+fn label_offsets() -> Vec<usize> {
+    label_classes()
+        .iter()
+        .scan(0, |offset, &classes| {
+            let start = *offset;
+            *offset += classes;
+            Some(start)
+        })
+        .collect()
+}
+
+/// −log softmax(logits of label j)[target], in f64 straight from the definition.
+fn label_ce(step_logits: &[f32], label: usize, target: usize) -> f64 {
+    let offset = label_offsets()[label];
+    let classes = label_classes()[label];
+    let values: Vec<f64> = step_logits[offset..offset + classes]
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let log_sum = values.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max;
+    log_sum - values[target]
+}
+
+#[test]
+fn head_split_follows_spec_a3() {
+    let [batch, seq] = [2, 3];
+    let values: Vec<f32> = (0..batch * seq * HEAD_OUT)
+        .map(|i| (i % HEAD_OUT) as f32)
+        .collect();
+    let head = split_head(tensor3(values, [batch, seq, HEAD_OUT])).unwrap();
+    assert_eq!(head.pieces.dims(), [2, 3, 64, 13]);
+    assert_eq!(head.side.dims(), [2, 3, 2]);
+    assert_eq!(head.castle.dims(), [2, 3, 4, 2]);
+    assert_eq!(head.ep_file.dims(), [2, 3, 9]);
+    assert_eq!(head.ep_rank.dims(), [2, 3, 3]);
+    assert_eq!(head.halfmove.dims(), [2, 3, 2, 256]);
+    assert_eq!(head.fullmove.dims(), [2, 3, 2, 256]);
+    // Each entry holds its logit index: pieces logit 13·s + c, castle 834 + 2r + c,
+    // halfmove 854 + 256b + c, fullmove 1366 + 256b + c.
+    let at4 = |t: Tensor<4>, s: usize, c: usize| -> f32 {
+        t.narrow(0, 1, 1)
+            .narrow(1, 2, 1)
+            .narrow(2, s, 1)
+            .narrow(3, c, 1)
+            .into_scalar()
+    };
+    assert_eq!(at4(head.pieces.clone(), 5, 7), (13 * 5 + 7) as f32);
+    assert_eq!(at4(head.castle.clone(), 3, 1), (834 + 2 * 3 + 1) as f32);
+    assert_eq!(at4(head.halfmove.clone(), 1, 255), (854 + 256 + 255) as f32);
+    assert_eq!(at4(head.fullmove.clone(), 0, 3), (1366 + 3) as f32);
+    let first = |t: Tensor<3>| -> f32 {
+        t.narrow(2, 0, 1)
+            .narrow(0, 0, 1)
+            .narrow(1, 0, 1)
+            .into_scalar()
+    };
+    assert_eq!(first(head.side), 832.0);
+    assert_eq!(first(head.ep_file), 842.0);
+    assert_eq!(first(head.ep_rank), 851.0);
+    assert!(split_head(tensor3(vec![0.0; 10], [1, 1, 10])).is_err());
+}
+
+#[test]
+fn loss_of_uniform_logits_is_sum_of_log_class_counts() {
+    let [batch, seq] = [1, 2];
+    let logits = tensor3(vec![0.0; batch * seq * HEAD_OUT], [batch, seq, HEAD_OUT]);
+    let targets = targets3(vec![0; batch * seq * N_LABELS], [batch, seq, N_LABELS]);
+    let valid = valid_mask(&[2], seq, &device()).unwrap();
+    let loss = state_loss(logits, targets, valid).unwrap();
+    // Per step: 64 ln 13 + ln 2 + 4 ln 2 + ln 9 + ln 3 + 4 ln 256; two valid steps.
+    let per_step = 64.0 * 13f64.ln() + 5.0 * 2f64.ln() + 9f64.ln() + 3f64.ln() + 4.0 * 256f64.ln();
+    assert!((scalar(loss.loss_sum) - 2.0 * per_step).abs() < 1e-3);
+    assert_eq!(scalar(loss.denom), 150.0);
+    assert!((scalar(loss.loss) - per_step / 75.0).abs() < 1e-5);
+}
+
+#[test]
+fn loss_matches_hand_computation_and_masks_padding() {
+    let [batch, seq] = [2, 3];
+    let lengths = [3, 1];
+    // Deterministic, varied logits; padded steps get wild values that must not count.
+    let mut logits = vec![0f32; batch * seq * HEAD_OUT];
+    let mut targets = vec![0i64; batch * seq * N_LABELS];
+    let classes = label_classes();
+    for b in 0..batch {
+        for t in 0..seq {
+            let step = b * seq + t;
+            for i in 0..HEAD_OUT {
+                let base = ((i * 7 + step * 13) % 17) as f32 / 4.0 - 2.0;
+                logits[step * HEAD_OUT + i] = if t < lengths[b] { base } else { 1e4 * base };
+            }
+            for j in 0..N_LABELS {
+                targets[step * N_LABELS + j] = ((j * 5 + step * 3) % classes[j]) as i64;
+            }
+        }
+    }
+    let mut expected_sum = 0.0;
+    for b in 0..batch {
+        for t in 0..lengths[b] {
+            let step = b * seq + t;
+            let step_logits = &logits[step * HEAD_OUT..(step + 1) * HEAD_OUT];
+            for j in 0..N_LABELS {
+                expected_sum += label_ce(step_logits, j, targets[step * N_LABELS + j] as usize);
+            }
+        }
+    }
+    let valid = valid_mask(&lengths, seq, &device()).unwrap();
+    let loss = state_loss(
+        tensor3(logits, [batch, seq, HEAD_OUT]),
+        targets3(targets, [batch, seq, N_LABELS]),
+        valid,
+    )
+    .unwrap();
+    let denom = 75.0 * 4.0;
+    assert_eq!(scalar(loss.denom), denom);
+    assert!((scalar(loss.loss_sum) - expected_sum).abs() < 1e-3 * expected_sum.abs().max(1.0));
+    assert!((scalar(loss.loss) - expected_sum / denom).abs() < 1e-5);
+}
+
+#[test]
+fn loss_of_an_all_padding_batch_is_zero() {
+    let logits = tensor3(vec![1.0; 2 * HEAD_OUT], [1, 2, HEAD_OUT]);
+    let targets = targets3(vec![0; 2 * N_LABELS], [1, 2, N_LABELS]);
+    let loss = state_loss(logits, targets, valid_mask(&[0], 2, &device()).unwrap()).unwrap();
+    assert_eq!(scalar(loss.loss), 0.0);
+    assert_eq!(scalar(loss.denom), 0.0);
+}
+
+#[test]
+fn shape_errors_are_reported() {
+    let logits = tensor3(vec![0.0; HEAD_OUT], [1, 1, HEAD_OUT]);
+    let targets = targets3(vec![0; 74], [1, 1, 74]);
+    assert!(
+        state_loss(
+            logits.clone(),
+            targets,
+            valid_mask(&[1], 1, &device()).unwrap()
+        )
+        .is_err()
+    );
+    assert!(valid_mask(&[3], 2, &device()).is_err());
+    let targets = targets3(vec![0; N_LABELS], [1, 1, N_LABELS]);
+    assert!(state_loss(logits, targets, valid_mask(&[1, 1], 1, &device()).unwrap()).is_err());
+}
+
+#[test]
+fn correct_counts_and_ties_go_to_the_first_index() {
+    // One sequence of 2 steps. All logits 0, so every argmax is class 0 (first of a tie).
+    let mut logits = vec![0f32; 2 * HEAD_OUT];
+    let mut targets = vec![0i64; 2 * N_LABELS];
+    // Step 0: every target 0 → 75 correct.
+    // Step 1: label 0 (a8) has a tie between classes 4 and 10 → predicted 4; target 4 → correct.
+    //         label 64 (side) target 1 but predicted 0 → wrong.
+    //         label 72 (halfmove lo) max at class 200, target 200 → correct.
+    //         label 74 (fullmove lo) target 1, predicted 0 → wrong.
+    logits[HEAD_OUT + 4] = 3.0;
+    logits[HEAD_OUT + 10] = 3.0;
+    targets[N_LABELS] = 4;
+    targets[N_LABELS + 64] = 1;
+    logits[HEAD_OUT + 854 + 256 + 200] = 1.0;
+    targets[N_LABELS + 72] = 200;
+    targets[N_LABELS + 74] = 1;
+    let counts = correct_counts(
+        tensor3(logits, [1, 2, HEAD_OUT]),
+        targets3(targets, [1, 2, N_LABELS]),
+    )
+    .unwrap();
+    assert_eq!(
+        counts.into_data().try_to_vec::<i64>().unwrap(),
+        vec![75, 73]
+    );
+}
+
+#[test]
+fn metrics_accumulate_like_the_reference() {
+    let mut metrics = StateMetrics::new(2).unwrap();
+    // Batch 1: two sequences of up to 3 steps; lengths 3 and 2 (last step of row 2 is padding
+    // and holds garbage that must be ignored).
+    metrics
+        .add_batch(&[75, 75, 75, 75, 70, 0], 3, &[3, 2], 30.0, 375.0)
+        .unwrap();
+    // Batch 2: one sequence of 1 step.
+    metrics.add_batch(&[74], 1, &[1], 10.0, 75.0).unwrap();
+    // Valid steps: 75, 75, 75 | 75, 70 | 74 → 6 steps, 4 exact, 444 labels right.
+    assert_eq!(metrics.n_steps(), 6);
+    assert!((metrics.full_exact() - 4.0 / 6.0).abs() < 1e-12);
+    assert!((metrics.partial_exact() - 444.0 / 75.0 / 6.0).abs() < 1e-12);
+    assert!((metrics.avg_wrong() - 6.0 / 6.0).abs() < 1e-12);
+    assert_eq!(metrics.game_exact_counts(), (1, 3));
+    assert!((metrics.game_exact() - 1.0 / 3.0).abs() < 1e-12);
+    assert!((metrics.loss() - 40.0 / 450.0).abs() < 1e-12);
+    // Bins of 2 steps: bin 0 = steps 0,1 → (75,75),(75,70),(74); bin 1 = step 2 → (75).
+    let bins = metrics.bins();
+    assert_eq!(bins.len(), 2);
+    assert_eq!(
+        (bins[0].n_steps, bins[0].n_exact, bins[0].n_correct),
+        (5, 3, 369)
+    );
+    assert_eq!(
+        (bins[1].n_steps, bins[1].n_exact, bins[1].n_correct),
+        (1, 1, 75)
+    );
+    assert!((bins[1].full_exact() - 1.0).abs() < 1e-12);
+    assert!(metrics.add_batch(&[75; 5], 3, &[3, 2], 0.0, 0.0).is_err());
+    assert!(metrics.add_batch(&[76], 1, &[1], 0.0, 0.0).is_err());
+    assert!(StateMetrics::new(0).is_err());
+    assert_eq!(LABEL_GROUPS.len(), 7);
+}
