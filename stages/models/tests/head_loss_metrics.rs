@@ -192,7 +192,7 @@ fn correct_counts_and_ties_go_to_the_first_index() {
     )
     .unwrap();
     assert_eq!(
-        counts.into_data().try_to_vec::<i64>().unwrap(),
+        counts.into_data().convert::<i64>().try_to_vec::<i64>().unwrap(),
         vec![75, 73]
     );
 }

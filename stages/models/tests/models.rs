@@ -54,7 +54,7 @@ fn models_are_causal_and_deterministic_in_validation() {
             .unwrap()
             .valid();
         let a = moves(1, 6, &device);
-        let mut changed = a.clone().into_data().try_to_vec::<i64>().unwrap();
+        let mut changed = a.clone().into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
         changed[4] = 1310;
         let b = Tensor::<2, Int>::from_data(TensorData::new(changed, [1, 6]), &device);
         let la = model.logits(a.clone());
