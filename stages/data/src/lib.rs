@@ -1,0 +1,156 @@
+//! The chess data stage kinds of cwm: `download`, `parse`, `split`, `tokenize` and
+//! `random_uniform`, and the library functions the one-shot CLI commands wrap.
+//!
+//! * One module per stage kind, holding its params, inputs, outputs and code:
+//!   [`download`], [`parse`], [`split`], [`tokenize`], [`random_uniform`].
+//! * Games flow between stages as one Parquet table ([`games`]): id, source index, Site,
+//!   result, ratings, time control, termination, plies and the packed move ids (no `START`, no
+//!   player names, no states). `tokenize` recomputes the state labels from the moves and writes
+//!   the training shards; [`jsonl`] converts to and from the reference's JSONL.
+//! * The chess itself (SAN replay, move packing, state labels, ids, the MD5 split) is
+//!   `cwm_chess`'s; the random games are `cwm_random_uniform`'s. This crate does files,
+//!   streaming, parallelism and reporting.
+//! * Every stage streams: memory is bounded by a chunk of games and a Parquet row group, never
+//!   by the corpus. Parallel work runs on a local rayon pool of the stage's thread budget, and
+//!   outputs are identical for every thread count.
+//! * Bad games are counted rejections (`parse`'s `rejects.json`), never errors; errors
+//!   ([`DataError`]) are for files, formats, the network and cancellation.
+//!
+//! ```no_run
+//! use cwm_stages_data::{OutputFormat, ProcessOptions, process_pgn};
+//!
+//! let report = process_pgn(&ProcessOptions {
+//!     pgn: "games.pgn.zst".into(),
+//!     out_dir: "out".into(),
+//!     format: OutputFormat::Parquet,
+//!     ..ProcessOptions::default()
+//! })?;
+//! println!("{} kept, {} rejected", report.kept, report.rejected);
+//! # Ok::<(), cwm_stages_data::DataError>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod download;
+mod error;
+pub mod games;
+pub mod jsonl;
+pub mod parse;
+pub mod random_uniform;
+pub mod split;
+pub mod tokenize;
+
+use std::path::PathBuf;
+
+use cwm_stage::{Progress, StageKind};
+
+pub use download::DownloadStage;
+pub use error::DataError;
+pub use jsonl::{export_jsonl, import_jsonl};
+pub use parse::{IdKeySource, ParseOptions, ParseReport, ParseStage};
+pub use random_uniform::{RandomUniformOptions, RandomUniformStage, generate_random_uniform};
+pub use split::SplitStage;
+pub use tokenize::{TokenizeOptions, TokenizeStage, tokenize_games};
+
+include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
+
+/// Every stage kind of this crate.
+pub fn stage_kinds() -> Vec<Box<dyn StageKind>> {
+    vec![
+        Box::new(DownloadStage),
+        Box::new(ParseStage),
+        Box::new(SplitStage),
+        Box::new(TokenizeStage),
+        Box::new(RandomUniformStage),
+    ]
+}
+
+/// How the one-shot commands write games.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// A games table, `games.parquet` ([`games`]).
+    Parquet,
+    /// The reference's JSONL shards `chess_000000.jsonl`, ... (spec E.6), with states.
+    Jsonl {
+        /// Games per shard.
+        shard_size: u64,
+    },
+}
+
+/// Settings of [`process_pgn`] (the reference's `data/process.py`).
+#[derive(Debug, Clone)]
+pub struct ProcessOptions {
+    /// The `.pgn` or `.pgn.zst` file.
+    pub pgn: PathBuf,
+    /// The output directory (created if needed).
+    pub out_dir: PathBuf,
+    /// Output format.
+    pub format: OutputFormat,
+    /// Games need `2 * min_fullmoves` plies (10).
+    pub min_fullmoves: usize,
+    /// Stop after this many kept games (0 = all).
+    pub max_games: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// The id key (default: [`IdKeySource::resolve`]`(None)`, i.e. the environment).
+    pub id_key: IdKeySource,
+}
+
+impl Default for ProcessOptions {
+    fn default() -> ProcessOptions {
+        ProcessOptions {
+            pgn: PathBuf::new(),
+            out_dir: PathBuf::new(),
+            format: OutputFormat::Parquet,
+            min_fullmoves: 10,
+            max_games: 0,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            id_key: IdKeySource::resolve(None),
+        }
+    }
+}
+
+/// Replays a PGN file into `out_dir`: `games.parquet` (or JSONL shards with states, exactly as
+/// the reference writes them) plus `rejects.json`. Returns the report.
+///
+/// # Errors
+///
+/// [`DataError`] on I/O errors of the input or the output.
+pub fn process_pgn(options: &ProcessOptions) -> Result<ParseReport, DataError> {
+    let out = &options.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
+    let parse_options = ParseOptions {
+        min_fullmoves: options.min_fullmoves,
+        max_games: options.max_games,
+        threads: options.threads,
+        id_key: options.id_key.clone(),
+    };
+    let report_path = out.join("rejects.json");
+    let report = match options.format {
+        OutputFormat::Parquet => parse::parse_to_parquet(
+            &options.pgn,
+            &out.join(games::GAMES_FILE),
+            &report_path,
+            &parse_options,
+            &Progress::disabled(),
+            &|| false,
+        )?,
+        OutputFormat::Jsonl { shard_size } => {
+            let mut shards = jsonl::JsonlShards::new(out, shard_size)?;
+            let report = parse::parse_pgn_file(
+                &options.pgn,
+                &parse_options,
+                &Progress::disabled(),
+                &|| false,
+                &mut |id, game| {
+                    let result = game.headers.result.as_deref().unwrap_or("*");
+                    shards.write(&id, &game.replay.moves, &game.replay.states, result)
+                },
+            )?;
+            shards.finish()?;
+            std::fs::write(&report_path, report.to_json())
+                .map_err(|e| DataError::io(&report_path, e))?;
+            report
+        }
+    };
+    Ok(report)
+}
