@@ -115,7 +115,17 @@ impl RunReport {
 /// A message from a worker to the main thread.
 enum Msg {
     Progress(usize, ProgressEvent),
-    Done(usize, Result<Outputs, String>, Duration),
+    Done(usize, Result<Finished, String>, Duration),
+    /// The stage waits for another process that computes the same key.
+    Waiting(usize),
+}
+
+/// How a launched stage ended well.
+enum Finished {
+    /// It ran and its outputs were committed.
+    Ran(Outputs),
+    /// Another process committed the same key while this one waited for it.
+    Reused(Outputs),
 }
 
 struct ChannelSink {
@@ -180,6 +190,12 @@ impl Executor<'_> {
             .map_err(anyhow::Error::msg)?
             .into_iter()
             .collect();
+        // gc waits while runs hold this.
+        let _store_lock = if options.dry_run {
+            None
+        } else {
+            Some(self.store.lock_shared()?)
+        };
         let lock_path = LockFile::path_for(&plan.pipeline.base_dir);
         let mut lock = LockFile::read(&lock_path)?;
 
@@ -311,6 +327,7 @@ impl Executor<'_> {
                     let cancelled = Arc::clone(&cancelled);
                     let store = self.store;
                     let base_dir = plan.pipeline.base_dir.clone();
+                    let is_forced = forced.contains(&idx);
                     let ing = ingredients[idx].clone().unwrap_or_default();
                     scope.spawn(move || {
                         let started = Instant::now();
@@ -327,6 +344,7 @@ impl Executor<'_> {
                             ingredients: &ing,
                             tx: tx.clone(),
                             cancelled,
+                            forced: is_forced,
                         });
                         let _ = tx.send(Msg::Done(idx, result, started.elapsed()));
                     });
@@ -345,11 +363,30 @@ impl Executor<'_> {
                         let name = &plan.pipeline.instances[idx].name;
                         display.progress(idx, name, event);
                     }
+                    Msg::Waiting(idx) => {
+                        let name = &plan.pipeline.instances[idx].name;
+                        display.progress(
+                            idx,
+                            name,
+                            ProgressEvent::Message(
+                                "waiting for another cwm process computing the same key".into(),
+                            ),
+                        );
+                    }
                     Msg::Done(idx, result, elapsed) => {
                         free_slots += claims.remove(&idx).unwrap_or(0);
                         let name = &plan.pipeline.instances[idx].name;
                         match result {
-                            Ok(outs) => {
+                            Ok(Finished::Reused(outs)) => {
+                                state[idx] = State::Done;
+                                outputs[idx] = Some(outs);
+                                display.finished(
+                                    idx,
+                                    &format!("cached  {name} (computed by another cwm process)"),
+                                );
+                                outcomes.insert(idx, Outcome::Cached);
+                            }
+                            Ok(Finished::Ran(outs)) => {
                                 state[idx] = State::Done;
                                 outputs[idx] = Some(outs);
                                 display.finished(
@@ -385,6 +422,15 @@ impl Executor<'_> {
         if !options.dry_run {
             update_lock(&mut lock, plan, &outputs, &ingredients);
             lock.write(&lock_path)?;
+            let finished: BTreeMap<String, String> = selected
+                .iter()
+                .filter_map(|&i| {
+                    outputs[i].as_ref()?;
+                    let key = ingredients[i].as_ref()?.key();
+                    Some((plan.pipeline.instances[i].name.clone(), key))
+                })
+                .collect();
+            self.store.record_run(finished)?;
         }
         self.store.save_stat_cache()?;
         let order: BTreeMap<usize, usize> = selected
@@ -440,10 +486,22 @@ struct RunOne<'a> {
     ingredients: &'a KeyIngredients,
     tx: Sender<Msg>,
     cancelled: Arc<AtomicBool>,
+    forced: bool,
 }
 
-/// Runs one stage in a staging directory and commits its outputs.
-fn run_one(job: RunOne) -> Result<Outputs, String> {
+/// Runs one stage in a staging directory and commits its outputs, holding
+/// the key's lock; reuses the result if another process committed it while
+/// this one waited for the lock.
+fn run_one(job: RunOne) -> Result<Finished, String> {
+    let (lock, waited) = job.store.lock_key(job.key).map_err(|e| e.to_string())?;
+    if waited {
+        let _ = job.tx.send(Msg::Waiting(job.idx));
+    }
+    if !job.forced
+        && let Some(outputs) = job.store.intact_outputs(job.key)
+    {
+        return Ok(Finished::Reused(outputs));
+    }
     let staging = job
         .store
         .stage(job.name, job.kind.outputs())
@@ -507,7 +565,9 @@ fn run_one(job: RunOne) -> Result<Outputs, String> {
         started,
         finished,
     };
-    job.store.commit(staging, &info).map_err(|e| e.to_string())
+    let committed = job.store.commit(staging, &info).map_err(|e| e.to_string());
+    drop(lock);
+    committed.map(Finished::Ran)
 }
 
 /// Keeps a failed stage's log at `artifacts/failed/<instance>.log`.

@@ -13,6 +13,7 @@ pub mod executor;
 pub mod freshness;
 pub mod key;
 pub mod lockfile;
+pub mod maintenance;
 pub mod pipeline;
 pub mod plan;
 pub mod registry;

@@ -99,6 +99,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rehash artifacts; quarantine corrupt ones so they are recomputed or pulled.
+    Verify {
+        /// The pipeline file (its directory holds artifacts/ and cwm.lock).
+        pipeline: Option<PathBuf>,
+        /// Check every artifact in the store, not only those cwm.lock names.
+        #[arg(long)]
+        all: bool,
+        /// Print a JSON report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove artifacts nothing refers to, printing what it frees.
+    Gc {
+        /// The pipeline file (its directory holds artifacts/ and cwm.lock).
+        pipeline: Option<PathBuf>,
+        /// Keep only what cwm.lock refers to (and --keep-last runs).
+        #[arg(long)]
+        keep_lock: bool,
+        /// Keep the results of the last N runs (and cwm.lock with --keep-lock).
+        #[arg(long, value_name = "N")]
+        keep_last: Option<usize>,
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// List the stage kinds this cwm knows, with their params.
     Kinds,
     /// Write the built-in default pipeline to a file.
@@ -218,12 +243,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Ls { pipeline, json } => {
-            let path = pipeline_path(pipeline.as_deref());
-            let base = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let store = Store::open(&base.join("artifacts"))?;
+            let (store, _) = store_and_lock(pipeline.as_deref())?;
             let artifacts = store.artifacts();
             if json {
                 let rows: Vec<_> = artifacts
@@ -252,6 +272,77 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 }
                 println!("{} artifacts, {}", artifacts.len(), human_bytes(total));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify {
+            pipeline,
+            all,
+            json,
+        } => {
+            let (store, lock) = store_and_lock(pipeline.as_deref())?;
+            let hashes: std::collections::BTreeSet<String> = if all {
+                store.object_hashes().into_iter().collect()
+            } else {
+                lock.stages
+                    .iter()
+                    .flat_map(|e| e.outputs.values().cloned())
+                    .collect()
+            };
+            let report = cwm::maintenance::verify(&store, &hashes)?;
+            store.save_stat_cache()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "verified {} artifacts ({}): {} corrupt, {} missing",
+                    report.checked,
+                    human_bytes(report.bytes),
+                    report.corrupt.len(),
+                    report.missing.len()
+                );
+                for c in &report.corrupt {
+                    println!(
+                        "corrupt {}: {} (quarantined to {}, {} key records removed)",
+                        short(&c.hash),
+                        c.reason,
+                        c.quarantined_to.display(),
+                        c.keys_removed
+                    );
+                }
+                for m in &report.missing {
+                    println!("missing {} (run or pull to restore it)", short(m));
+                }
+            }
+            Ok(if report.corrupt.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Gc {
+            pipeline,
+            keep_lock,
+            keep_last,
+            dry_run,
+        } => {
+            let (store, lock) = store_and_lock(pipeline.as_deref())?;
+            let lock_keys = lock.stages.iter().map(|e| e.key.clone()).collect();
+            let options = cwm::maintenance::GcOptions {
+                keep_lock,
+                keep_last,
+                dry_run,
+            };
+            let report = cwm::maintenance::gc(&store, &lock_keys, &options)?;
+            let verb = if dry_run { "would remove" } else { "removed" };
+            for (hash, size) in &report.artifacts_removed {
+                println!("{verb} {} ({})", short(hash), human_bytes(*size));
+            }
+            println!(
+                "{verb} {} artifacts and {} key records, freeing {}",
+                report.artifacts_removed.len(),
+                report.keys_removed.len(),
+                human_bytes(report.bytes_freed)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Kinds => {
@@ -301,6 +392,20 @@ fn load_plan(given: Option<&Path>, registry: &Registry, set: &[Override]) -> Res
     };
     let pipeline = pipeline.map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
     Plan::new(pipeline).map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))
+}
+
+/// The store and lock file beside a pipeline file, without validating it
+/// (maintenance must work even when the pipeline no longer loads).
+fn store_and_lock(given: Option<&Path>) -> Result<(Store, LockFile)> {
+    let path = pipeline_path(given);
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let store = Store::open(&base.join("artifacts"))
+        .with_context(|| format!("opening the artifact store in {}", base.display()))?;
+    let lock = LockFile::read(&LockFile::path_for(base))?;
+    Ok((store, lock))
 }
 
 fn open_store(plan: &Plan) -> Result<Store> {

@@ -13,7 +13,14 @@ pub struct Registry {
 impl Registry {
     /// Every stage kind built into cwm.
     pub fn builtin() -> Self {
-        Self::from_kinds(vec![Box::new(cwm_stage_command::CommandStage)])
+        Self::from_kinds(vec![
+            Box::new(cwm_stage_command::CommandStage),
+            Box::new(cwm_stages_data::DownloadStage),
+            Box::new(cwm_stages_data::ParseStage),
+            Box::new(cwm_stages_data::SplitStage),
+            Box::new(cwm_stages_data::TokenizeStage),
+            Box::new(cwm_stages_data::RandomUniformStage),
+        ])
     }
 
     /// A registry of exactly these kinds (tests use this).

@@ -23,7 +23,7 @@
 pub mod hashing;
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +150,13 @@ pub struct CommitInfo<'a> {
     pub finished: SystemTime,
 }
 
+/// An exclusive lock on one stage key, held while that stage runs so that
+/// two `cwm` processes on one store never compute the same key at once.
+#[derive(Debug)]
+pub struct KeyLock {
+    _file: File,
+}
+
 /// The artifact store of one pipeline.
 #[derive(Debug)]
 pub struct Store {
@@ -163,7 +170,7 @@ impl Store {
     /// Opens (creating if needed) the store at `root` and removes temp
     /// directories left by processes that are no longer running.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
-        for sub in ["objects", "keys", "tmp"] {
+        for sub in ["objects", "keys", "tmp", "locks"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         }
@@ -260,6 +267,112 @@ impl Store {
             }
         }
         Integrity::Intact
+    }
+
+    /// Takes the exclusive lock of stage key `key`, waiting while another
+    /// process holds it. Returns the lock and whether it had to wait. The lock
+    /// is released when the returned guard is dropped (or the process dies).
+    pub fn lock_key(&self, key: &str) -> Result<(KeyLock, bool), StoreError> {
+        let path = self.root.join("locks").join(format!("{key}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let waited = match file.try_lock() {
+            Ok(()) => false,
+            Err(fs::TryLockError::WouldBlock) => {
+                file.lock().map_err(io_err(&path))?;
+                true
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(StoreError::Io { path, source: e }),
+        };
+        Ok((KeyLock { _file: file }, waited))
+    }
+
+    fn store_lock_file(&self) -> Result<File, StoreError> {
+        let path = self.root.join("locks").join("store.lock");
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))
+    }
+
+    /// A shared lock on the whole store, held by `cwm run`, `push` and `pull`
+    /// for their duration; `gc` waits for them.
+    pub fn lock_shared(&self) -> Result<KeyLock, StoreError> {
+        let file = self.store_lock_file()?;
+        file.lock_shared()
+            .map_err(io_err(&self.root.join("locks/store.lock")))?;
+        Ok(KeyLock { _file: file })
+    }
+
+    /// The exclusive lock on the whole store, held by `gc`.
+    pub fn lock_exclusive(&self) -> Result<KeyLock, StoreError> {
+        let file = self.store_lock_file()?;
+        file.lock()
+            .map_err(io_err(&self.root.join("locks/store.lock")))?;
+        Ok(KeyLock { _file: file })
+    }
+
+    /// Hashes of every artifact directory in `objects/`.
+    pub fn object_hashes(&self) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(self.root.join("objects")) else {
+            return Vec::new();
+        };
+        let mut hashes: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| is_hash(name))
+            .collect();
+        hashes.sort();
+        hashes
+    }
+
+    /// Removes the record of `key` (atomically; a missing record is fine).
+    pub fn remove_key(&self, key: &str) -> Result<(), StoreError> {
+        let path = self.key_path(key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// Moves artifact `hash` out of `objects/` in one rename, then deletes it.
+    pub fn remove_artifact(&self, hash: &str) -> Result<(), StoreError> {
+        let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let doomed = self
+            .root
+            .join("tmp")
+            .join(format!("{}-{n}-removing-{hash}", std::process::id()));
+        let dir = self.artifact_dir(hash);
+        fs::rename(&dir, &doomed).map_err(io_err(&dir))?;
+        fs::remove_dir_all(&doomed).map_err(io_err(&doomed))
+    }
+
+    /// Moves artifact `hash` to `quarantine/` in one rename; returns where.
+    pub fn quarantine(&self, hash: &str) -> Result<PathBuf, StoreError> {
+        let qdir = self.root.join("quarantine");
+        fs::create_dir_all(&qdir).map_err(io_err(&qdir))?;
+        let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dest = qdir.join(format!("{hash}-{}-{n}", std::process::id()));
+        let dir = self.artifact_dir(hash);
+        fs::rename(&dir, &dest).map_err(io_err(&dir))?;
+        Ok(dest)
+    }
+
+    /// The outputs recorded for `key` if every one of them is intact.
+    pub fn intact_outputs(&self, key: &str) -> Option<BTreeMap<String, String>> {
+        let record = self.lookup(key).ok()??;
+        record
+            .outputs
+            .values()
+            .all(|hash| self.integrity(hash) == Integrity::Intact)
+            .then_some(record.outputs)
     }
 
     /// Creates a fresh staging directory with one empty directory per output.
@@ -421,6 +534,11 @@ impl Store {
         out.sort_by(|a, b| a.finished.cmp(&b.finished).then(a.hash.cmp(&b.hash)));
         out
     }
+}
+
+/// Whether `name` looks like a content hash (64 lowercase hex digits).
+pub fn is_hash(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {

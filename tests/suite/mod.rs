@@ -1,7 +1,9 @@
 //! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
 
+mod data_stages;
 mod executor;
 mod pipeline_errors;
+mod store;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
