@@ -5,6 +5,7 @@
 //! reference mode (always sequential, a tenth of the games). Benchmarks proper live elsewhere;
 //! this is a quick look.
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use cwm_random_uniform::generator::{FastGames, ReferenceGames};
@@ -13,7 +14,9 @@ fn report(label: &str, n_games: usize, run: impl FnOnce() -> usize) {
     let start = Instant::now();
     let plies = run();
     let seconds = start.elapsed().as_secs_f64();
-    println!(
+    // Ignore a closed stdout (for example when piped into `head`).
+    let _ = writeln!(
+        std::io::stdout(),
         "{label:<28} {:>9.0} games/s {:>11.0} plies/s ({n_games} games, {seconds:.2} s)",
         n_games as f64 / seconds,
         plies as f64 / seconds

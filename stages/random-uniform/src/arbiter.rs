@@ -17,10 +17,13 @@
 //! exists*. The history stores that key in full, behind a Zobrist hash that is compared first,
 //! so equality is exact and usually costs one integer comparison.
 //!
-//! Per ply the arbiter generates the legal moves once, updates the hash incrementally where
-//! shakmaty can, and scans the history for the current position only among positions with the
+//! Per ply the arbiter generates the legal moves at most once, and only when asked (fast mode
+//! usually never asks: its sampler finds a legal move on its own), updates the hash
+//! incrementally where shakmaty can, and scans the history for the current position only among positions with the
 //! same side to move. The child positions of the threefold claim are only looked at when some
 //! position in the window has already repeated, which is rare.
+
+use std::cell::OnceCell;
 
 use shakmaty::{
     Bitboard, Board, Chess, Color, EnPassantMode, Move, MoveList, Position, Square,
@@ -109,26 +112,16 @@ impl Window {
     /// current one: `skip = 0` for a child of the current position, `skip = 1` for the current
     /// position itself (only positions with the same side to move can be equal).
     fn count(&self, key: &Key, skip: usize) -> usize {
-        self.hashes
-            .iter()
-            .zip(&self.keys)
-            .rev()
-            .skip(skip)
-            .step_by(2)
-            .filter(|(hash, other)| **hash == key.hash && *other == key)
-            .count()
+        let mut count = 0;
+        let mut next = self.hashes.len().checked_sub(1 + skip);
+        while let Some(i) = next {
+            if self.hashes[i] == key.hash && self.keys[i] == *key {
+                count += 1;
+            }
+            next = i.checked_sub(2);
+        }
+        count
     }
-}
-
-/// The target square of a legal en-passant capture of `position`, whose legal moves are
-/// `legal`, if there is one.
-fn legal_ep_square(position: &Chess, legal: &MoveList) -> Option<Square> {
-    // Only a position right after a double push can have one; skip the scan otherwise.
-    position.maybe_ep_square()?;
-    legal.iter().find_map(|m| match *m {
-        Move::EnPassant { to, .. } => Some(to),
-        _ => None,
-    })
 }
 
 /// The Zobrist hash of `position` in [`EnPassantMode::Legal`], given its legal en-passant
@@ -171,7 +164,8 @@ fn reduces_castling_rights(position: &Chess, m: Move) -> bool {
 #[derive(Debug, Clone)]
 pub struct Arbiter {
     position: Chess,
-    legal: MoveList,
+    /// The legal moves of `position`, generated on first use.
+    legal: OnceCell<MoveList>,
     current: Key,
     /// The positions before the current one since the last irreversible move.
     window: Window,
@@ -192,11 +186,10 @@ impl Arbiter {
     /// Starts tracking from `position` with an empty history (like a python-chess board set up
     /// from a FEN, with an empty move stack).
     pub fn new(position: Chess) -> Arbiter {
-        let legal = position.legal_moves();
         let current = Key::of(&position);
         Arbiter {
             position,
-            legal,
+            legal: OnceCell::new(),
             current,
             window: Window::default(),
             current_count: 1,
@@ -206,7 +199,7 @@ impl Arbiter {
 
     /// Starts over from `position` with an empty history, reusing this arbiter's allocation.
     pub fn restart(&mut self, position: Chess) {
-        self.legal = position.legal_moves();
+        self.legal = OnceCell::new();
         self.current = Key::of(&position);
         self.position = position;
         self.window.clear();
@@ -219,9 +212,10 @@ impl Arbiter {
         &self.position
     }
 
-    /// The legal moves of the current position, in shakmaty's generation order.
+    /// The legal moves of the current position, in shakmaty's generation order (generated on
+    /// first use after each move).
     pub fn legal_moves(&self) -> &MoveList {
-        &self.legal
+        self.legal.get_or_init(|| self.position.legal_moves())
     }
 
     /// How often the current position occurred in the repetition window, itself included.
@@ -233,13 +227,24 @@ impl Arbiter {
     /// goes on. `None` implies at least one legal move (no legal move is always checkmate,
     /// stalemate or, checked between them, insufficient material).
     pub fn outcome(&self) -> Option<Outcome> {
-        self.termination()
+        self.outcome_knowing(false)
+    }
+
+    /// [`Arbiter::outcome`] for a caller that already found a legal move of the current
+    /// position, which saves generating all of them in most positions.
+    pub(crate) fn outcome_with_a_legal_move(&self) -> Option<Outcome> {
+        self.outcome_knowing(true)
+    }
+
+    fn outcome_knowing(&self, has_legal_move: bool) -> Option<Outcome> {
+        self.termination(has_legal_move)
             .map(|termination| Outcome::new(termination, self.position.turn()))
     }
 
-    /// The rule that ends the game now, in python-chess's checking order.
-    fn termination(&self) -> Option<Termination> {
-        let no_moves = self.legal.is_empty();
+    /// The rule that ends the game now, in python-chess's checking order; `has_legal_move`
+    /// says the caller knows a legal move exists (otherwise the moves are generated).
+    fn termination(&self, has_legal_move: bool) -> Option<Termination> {
+        let no_moves = !has_legal_move && self.legal_moves().is_empty();
         if no_moves && self.position.is_check() {
             return Some(Termination::Checkmate);
         }
@@ -271,7 +276,7 @@ impl Arbiter {
             return true;
         }
         halfmoves >= 99
-            && self.legal.iter().any(|m| {
+            && self.legal_moves().iter().any(|m| {
                 !m.is_zeroing() && {
                     let mut child = self.position.clone();
                     child.play_unchecked(*m);
@@ -289,7 +294,7 @@ impl Arbiter {
             // No position of the window occurred twice, so no child can make a third.
             return false;
         }
-        self.legal.iter().any(|m| {
+        self.legal_moves().iter().any(|m| {
             let mut child = self.position.clone();
             child.play_unchecked(*m);
             let key = match self.incremental_hash(*m) {
@@ -315,7 +320,7 @@ impl Arbiter {
     /// [`PlayError::IllegalMove`] if `m` is not one of [`Arbiter::legal_moves`]; the arbiter is
     /// unchanged.
     pub fn play(&mut self, m: Move) -> Result<(), PlayError> {
-        if !self.legal.contains(&m) {
+        if !self.legal_moves().contains(&m) {
             return Err(PlayError::IllegalMove(m));
         }
         self.advance(m);
@@ -328,23 +333,24 @@ impl Arbiter {
     ///
     /// [`PlayError::IndexOutOfRange`] if there is no such move; the arbiter is unchanged.
     pub fn play_nth(&mut self, index: usize) -> Result<Move, PlayError> {
-        let m = *self.legal.get(index).ok_or(PlayError::IndexOutOfRange {
+        let legal = self.legal_moves();
+        let m = *legal.get(index).ok_or(PlayError::IndexOutOfRange {
             index,
-            len: self.legal.len(),
+            len: legal.len(),
         })?;
         self.advance(m);
         Ok(m)
     }
 
-    /// Plays `m`, which must be legal, and updates the legal moves and the history.
-    fn advance(&mut self, m: Move) {
+    /// Plays `m`, which must be legal in the current position, and updates the history.
+    pub(crate) fn advance(&mut self, m: Move) {
         let irreversible = m.is_zeroing()
             || reduces_castling_rights(&self.position, m)
             || self.current.ep.is_some();
         let incremental = self.incremental_hash(m);
         self.position.play_unchecked(m);
-        self.legal = self.position.legal_moves();
-        let ep = legal_ep_square(&self.position, &self.legal);
+        self.legal = OnceCell::new();
+        let ep = self.position.legal_ep_square();
         let hash = incremental.unwrap_or_else(|| legal_mode_hash(&self.position, ep));
         let next = Key::new(&self.position, ep, hash);
         let previous = std::mem::replace(&mut self.current, next);
@@ -447,6 +453,7 @@ mod tests {
             if arbiter.legal_moves().is_empty() {
                 arbiter.restart(Chess::default());
             }
+            assert_eq!(arbiter.legal_moves(), &arbiter.position().legal_moves());
             assert_eq!(arbiter.current, Key::of(arbiter.position()));
             choice = choice
                 .wrapping_mul(6_364_136_223_846_793_005)

@@ -4,10 +4,13 @@
 //!   before every move `legal[rng.randrange(len(legal))]` over python-chess's legal-move order,
 //!   until `outcome(claim_draw=True)` ends the game. It is sequential by nature (one stream).
 //! * [`FastGames`] plays the same game rules with a xoshiro256++ stream per game derived from
-//!   `(seed, index)`, picking uniformly among shakmaty's legal moves (the order does not matter
-//!   for a uniform pick, so no sorting). Chunks of games are played in parallel on the current
+//!   `(seed, index)`, picking each move uniformly among the legal moves by rejection sampling
+//!   ([`crate::sampler`]), so most plies never list the legal moves. Chunks of games are played in parallel on the current
 //!   rayon pool and yielded in index order, so the output depends on the seed only, never on
 //!   the thread count.
+//! * Fast-mode games depend on the sampler and, through its fallback, on shakmaty's
+//!   move-generation order (the fallback pick is an index into it). shakmaty is pinned (`=0.30.1`); an upgrade that reorders generation changes the games
+//!   of a seed, so treat it like changing the generator (its tests will not notice).
 //! * Both iterators yield *every* generated game, short ones included, and never end on their
 //!   own; filter with [`Game::is_long_enough`] and `take` what you need. Memory stays bounded
 //!   by one game (reference) or one chunk (fast).
@@ -23,6 +26,7 @@ use crate::fast_rng::Xoshiro256PlusPlus;
 use crate::game::Game;
 use crate::move_order::python_order_index;
 use crate::python_random::PyRandom;
+use crate::sampler::sample_legal_move;
 
 /// The reference's minimum game length in full moves: games shorter than `2 * 10` plies are
 /// dropped (spec E.1, E.5).
@@ -108,13 +112,34 @@ impl Iterator for ReferenceGames {
 }
 
 /// Plays fast-mode game `index` of a run seeded with `seed`, reusing `arbiter`'s allocation.
+///
+/// Each move is drawn by [`sample_legal_move`] (rejection sampling, no move list) or, in check
+/// and in the rare positions where it gives up, uniformly from the full legal-move list.
 pub fn play_fast_game(arbiter: &mut Arbiter, seed: u64, index: u64) -> Option<Game> {
     let mut rng = Xoshiro256PlusPlus::for_game(seed, index);
-    play_game(arbiter, index, |arbiter| {
-        let len = u32::try_from(arbiter.legal_moves().len()).ok()?;
-        let choice = rng.below(len) as usize;
-        arbiter.play_nth(choice).ok()
-    })
+    arbiter.restart(Chess::default());
+    let mut moves = Vec::with_capacity(256);
+    loop {
+        let sampled = sample_legal_move(arbiter.position(), &mut rng);
+        let outcome = match sampled {
+            Some(_) => arbiter.outcome_with_a_legal_move(),
+            None => arbiter.outcome(),
+        };
+        if let Some(outcome) = outcome {
+            return Some(Game::new(index, moves, outcome, arbiter.position().clone()));
+        }
+        let m = match sampled {
+            Some(m) => {
+                arbiter.advance(m);
+                m
+            }
+            None => {
+                let len = u32::try_from(arbiter.legal_moves().len()).ok()?;
+                arbiter.play_nth(rng.below(len) as usize).ok()?
+            }
+        };
+        moves.push(pack_move(&m));
+    }
 }
 
 /// Fast-mode game `index` of a run seeded with `seed`.

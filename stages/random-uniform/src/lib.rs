@@ -3,8 +3,9 @@
 //! * [`generator::ReferenceGames`] reproduces the reference's random-uniform test set bit for
 //!   bit (spec E.5): CPython's `random.Random` ([`python_random`]), python-chess 1.11.2's
 //!   legal-move order ([`move_order`]) and its `outcome(claim_draw=True)` ([`arbiter`]).
-//! * [`generator::FastGames`] plays the same rules with a fast per-game RNG ([`fast_rng`]) in
-//!   parallel on rayon; its output depends on the seed only, not on the thread count.
+//! * [`generator::FastGames`] plays the same rules with a fast per-game RNG ([`fast_rng`]) and a
+//!   rejection sampler that rarely needs the full legal-move list ([`sampler`]), in parallel on
+//!   rayon; its output depends on the seed only, not on the thread count.
 //! * Positions, legal moves and move application come from shakmaty; move ids and state labels
 //!   from `cwm_chess::encode`. This crate never re-implements either.
 //! * A [`game::Game`] keeps packed moves, the outcome and the final position; states are
@@ -29,6 +30,7 @@ pub mod game;
 pub mod generator;
 pub mod move_order;
 pub mod python_random;
+pub mod sampler;
 pub mod termination;
 
 pub use arbiter::Arbiter;
