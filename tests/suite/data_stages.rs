@@ -21,16 +21,20 @@ fn shared_data() -> Option<PathBuf> {
     }
 }
 
-/// The data directory of the artifact `instance.output`.
+/// The data directory of the artifact `instance.output` recorded for the last run (from
+/// `cwm show`).
 fn artifact(ws: &Workspace, instance: &str, output: &str) -> PathBuf {
-    let stdout = ws.ok(&["ls", "--json"]);
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).expect("ls --json");
-    let row = rows
-        .iter()
-        .find(|r| r["instance"] == instance && r["output"] == output)
-        .unwrap_or_else(|| panic!("no artifact {instance}.{output} in {stdout}"));
-    let hash = row["hash"].as_str().expect("hash");
-    ws.artifacts().join("objects").join(hash).join("data")
+    let stdout = ws.ok(&["show", instance]);
+    let marker = format!("  output {output}: ");
+    let mut lines = stdout.lines();
+    while let Some(line) = lines.next() {
+        if line.starts_with(&marker)
+            && let Some(path) = lines.next().and_then(|l| l.trim().strip_prefix("path: "))
+        {
+            return PathBuf::from(path);
+        }
+    }
+    panic!("no artifact {instance}.{output} in:\n{stdout}");
 }
 
 fn read_json(path: &Path) -> serde_json::Value {
@@ -269,5 +273,6 @@ fn the_one_illegal_lichess_game_is_the_only_rejection() {
     assert_eq!(report["games_read"], 100, "{report}");
     assert_eq!(report["rejected"], 1, "{report}");
     assert_eq!(report["by_reason"]["illegal_move"], 1, "{report}");
-    assert_eq!(report["examples"][0]["index"], 36, "{report}");
+    // Game 37, counting from 0.
+    assert_eq!(report["examples"][0]["index"], 37, "{report}");
 }
