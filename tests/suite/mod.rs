@@ -1,7 +1,6 @@
 //! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
 
 mod data_stages;
-mod data_stages;
 mod executor;
 mod pipeline_errors;
 mod store;
