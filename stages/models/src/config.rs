@@ -278,7 +278,7 @@ impl ModelConfig {
             return Err(invalid("chunk_size", "must be at least 1".into()));
         }
         let block = self.slice_block();
-        if block == 0 || self.d_model() % block != 0 {
+        if block == 0 || !self.d_model().is_multiple_of(block) {
             return Err(invalid(
                 "slice_block_size",
                 format!("{block} does not divide d = {}", self.d_model()),

@@ -5,7 +5,7 @@ use burn::prelude::*;
 
 use crate::error::ModelError;
 use crate::head::{N_LABELS, class_views};
-use crate::loss::check_shapes;
+use crate::loss::{StateLoss, check_shapes};
 
 /// Number of labels (0..=75) whose argmax equals the target at each step. Ties in the argmax
 /// go to the first maximal class.
@@ -159,6 +159,38 @@ impl StateMetrics {
         self.loss_sum += loss_sum;
         self.loss_denom += loss_denom;
         Ok(())
+    }
+
+    /// Adds one batch straight from the device: `correct` from [`correct_counts`]
+    /// (`[batch, seq]`, any integer dtype) and the batch's [`StateLoss`].
+    ///
+    /// # Errors
+    /// As [`StateMetrics::add_batch`]; [`ModelError::Shape`] when the data cannot be read back.
+    pub fn add_tensors(
+        &mut self,
+        correct: Tensor<2, Int>,
+        lengths: &[usize],
+        loss: &StateLoss,
+    ) -> Result<(), ModelError> {
+        let [_, seq_len] = correct.dims();
+        let read = |data: TensorData| -> Result<Vec<f64>, ModelError> {
+            data.convert::<f64>()
+                .try_to_vec::<f64>()
+                .map_err(|err| ModelError::Shape(format!("cannot read back a tensor: {err:?}")))
+        };
+        let counts = correct
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .map_err(|err| {
+                ModelError::Shape(format!("cannot read back correct counts: {err:?}"))
+            })?;
+        let loss_sum = read(loss.loss_sum.to_data())?
+            .first()
+            .copied()
+            .unwrap_or(0.0);
+        let denom = read(loss.denom.to_data())?.first().copied().unwrap_or(0.0);
+        self.add_batch(&counts, seq_len, lengths, loss_sum, denom)
     }
 
     fn totals(&self) -> BinCounts {

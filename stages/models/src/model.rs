@@ -10,8 +10,8 @@
 //!    Apply dropout exactly where spec D.3 says, through `burn::nn::Dropout`, which is active
 //!    only on an autodiff device in training mode ([`burn::module::Module::valid`] turns it off).
 //! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`, `logits`).
-//! 4. Remove the family from [`IMPLEMENTED`]'s complement: the parameter-count test in
-//!    `tests/params.rs` then checks it against spec C.3 automatically.
+//! 4. Add the family to [`IMPLEMENTED`]: the parameter-count test in `tests/params.rs` then
+//!    checks its four sizes against spec C.3, and the shape tests in `tests/models.rs` cover it.
 
 use burn::prelude::*;
 

@@ -81,7 +81,7 @@ impl Transformer {
     pub fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError> {
         let d = config.d_model();
         let n_heads = config.n_heads();
-        if d % n_heads != 0 || (d / n_heads) % 2 != 0 {
+        if !d.is_multiple_of(n_heads) || !(d / n_heads).is_multiple_of(2) {
             return Err(ModelError::InvalidConfig {
                 field: "size",
                 reason: format!("{n_heads} heads do not split d = {d} into even head sizes"),

@@ -108,12 +108,12 @@ fn loss_matches_hand_computation_and_masks_padding() {
     let mut logits = vec![0f32; batch * seq * HEAD_OUT];
     let mut targets = vec![0i64; batch * seq * N_LABELS];
     let classes = label_classes();
-    for b in 0..batch {
+    for (b, &length) in lengths.iter().enumerate() {
         for t in 0..seq {
             let step = b * seq + t;
             for i in 0..HEAD_OUT {
                 let base = ((i * 7 + step * 13) % 17) as f32 / 4.0 - 2.0;
-                logits[step * HEAD_OUT + i] = if t < lengths[b] { base } else { 1e4 * base };
+                logits[step * HEAD_OUT + i] = if t < length { base } else { 1e4 * base };
             }
             for j in 0..N_LABELS {
                 targets[step * N_LABELS + j] = ((j * 5 + step * 3) % classes[j]) as i64;
@@ -121,8 +121,8 @@ fn loss_matches_hand_computation_and_masks_padding() {
         }
     }
     let mut expected_sum = 0.0;
-    for b in 0..batch {
-        for t in 0..lengths[b] {
+    for (b, &length) in lengths.iter().enumerate() {
+        for t in 0..length {
             let step = b * seq + t;
             let step_logits = &logits[step * HEAD_OUT..(step + 1) * HEAD_OUT];
             for j in 0..N_LABELS {
@@ -191,8 +191,24 @@ fn correct_counts_and_ties_go_to_the_first_index() {
         targets3(targets, [1, 2, N_LABELS]),
     )
     .unwrap();
+    let mut metrics = StateMetrics::new(20).unwrap();
+    let zero = Tensor::<1>::zeros([1], &device());
+    let loss = cwm_models::StateLoss {
+        loss: zero.clone(),
+        loss_sum: zero.clone(),
+        denom: zero,
+    };
+    metrics.add_tensors(counts.clone(), &[2], &loss).unwrap();
     assert_eq!(
-        counts.into_data().convert::<i64>().try_to_vec::<i64>().unwrap(),
+        (metrics.n_steps(), metrics.game_exact_counts()),
+        (2, (0, 1))
+    );
+    assert_eq!(
+        counts
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap(),
         vec![75, 73]
     );
 }

@@ -54,7 +54,12 @@ fn models_are_causal_and_deterministic_in_validation() {
             .unwrap()
             .valid();
         let a = moves(1, 6, &device);
-        let mut changed = a.clone().into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
+        let mut changed = a
+            .clone()
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
         changed[4] = 1310;
         let b = Tensor::<2, Int>::from_data(TensorData::new(changed, [1, 6]), &device);
         let la = model.logits(a.clone());
@@ -247,5 +252,26 @@ fn unimplemented_families_say_so() {
     for family in Family::ALL.into_iter().filter(|f| !IMPLEMENTED.contains(f)) {
         let err = Model::init(&ModelConfig::new(family, Size::D128), &device).unwrap_err();
         assert!(err.to_string().contains(family.name()));
+    }
+}
+
+#[test]
+fn dropout_is_active_only_when_training_on_an_autodiff_device() {
+    let device = Device::flex().autodiff();
+    for family in [Family::Transformer, Family::Slice] {
+        let model = Model::init(&ModelConfig::new(family, Size::D128), &device).unwrap();
+        let ids = moves(1, 6, &device);
+        let (a, b) = (model.logits(ids.clone()), model.logits(ids.clone()));
+        assert!(
+            max_abs_diff(a, b) > 1e-4,
+            "{family}: training forwards differ"
+        );
+        let valid = model.valid();
+        let (a, b) = (valid.logits(ids.clone()), valid.logits(ids));
+        assert_eq!(
+            max_abs_diff(a, b),
+            0.0,
+            "{family}: validation forwards agree"
+        );
     }
 }
