@@ -255,3 +255,29 @@ impl Iterator for Games {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn streams_can_move_to_another_thread() {
+        assert_send::<ReferenceGames>();
+        assert_send::<FastGames>();
+        assert_send::<Games>();
+        assert_send::<Game>();
+    }
+
+    #[test]
+    fn kept_skips_short_games_but_keeps_their_indexes() {
+        let all: Vec<Game> = FastGames::new(3).with_chunk_size(64).take(64).collect();
+        let kept: Vec<Game> = Games::new(Mode::Fast, 3)
+            .kept(DEFAULT_MIN_FULLMOVES)
+            .take_while(|game| game.index() < 64)
+            .collect();
+        let want: Vec<&Game> = all.iter().filter(|game| game.plies() >= 20).collect();
+        assert_eq!(kept.iter().collect::<Vec<_>>(), want);
+    }
+}
