@@ -1,7 +1,7 @@
 //! parse + tokenize throughput and output sizes on a PGN file.
 //!
 //! ```text
-//! cargo run --release -p cwm-stages-data --example throughput -- FILE.pgn [COPIES] [THREADS...]
+//! cargo run --release -p cwm-stages-data --example data_throughput -- FILE.pgn [COPIES] [THREADS...]
 //! ```
 //!
 //! The file is concatenated `COPIES` times (default 20) into a temporary file so the timings
@@ -34,7 +34,7 @@ fn dir_bytes(dir: &Path, suffix: &str) -> u64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(source) = args.first() else {
-        return Err("usage: throughput FILE.pgn [COPIES] [THREADS...]".into());
+        return Err("usage: data_throughput FILE.pgn [COPIES] [THREADS...]".into());
     };
     let copies: usize = args.get(1).map_or(Ok(20), |s| s.parse())?;
     let mut threads: Vec<usize> = args
