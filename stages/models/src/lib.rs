@@ -28,10 +28,13 @@
 
 pub mod config;
 pub mod error;
+pub mod gdn;
 pub mod head;
 pub mod loss;
+pub mod mamba;
 pub mod metrics;
 pub mod model;
+pub mod recurrent;
 pub mod slice;
 pub mod transformer;
 

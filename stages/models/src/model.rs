@@ -17,7 +17,9 @@ use burn::prelude::*;
 
 use crate::config::{Family, ModelConfig, Size};
 use crate::error::ModelError;
+use crate::gdn::GatedDeltaNet;
 use crate::head::{HeadLogits, split_head};
+use crate::mamba::Mamba;
 use crate::slice::Slice;
 use crate::transformer::Transformer;
 
@@ -33,7 +35,15 @@ pub trait StateModel {
 
 /// Families this build implements; the others make [`Model::init`] return
 /// [`ModelError::NotImplemented`].
-pub const IMPLEMENTED: &[Family] = &[Family::Transformer, Family::Slice, Family::SliceDiag];
+pub const IMPLEMENTED: &[Family] = &[
+    Family::Transformer,
+    Family::Slice,
+    Family::SliceDiag,
+    Family::Gdn,
+    Family::GdnPos,
+    Family::Mamba3,
+    Family::Mamba2,
+];
 
 /// A model of any family.
 #[derive(Module, Debug)]
@@ -42,6 +52,10 @@ pub enum Model {
     Transformer(Transformer),
     /// `slice` and `slice_diag` (they differ only in the block size).
     Slice(Slice),
+    /// `gdn` and `gdn_pos` (they differ only in whether β is doubled).
+    Gdn(GatedDeltaNet),
+    /// `mamba3` and `mamba2` (they differ in the mixer).
+    Mamba(Mamba),
 }
 
 impl Model {
@@ -55,9 +69,8 @@ impl Model {
         match config.family {
             Family::Transformer => Ok(Model::Transformer(Transformer::init(config, device)?)),
             Family::Slice | Family::SliceDiag => Ok(Model::Slice(Slice::init(config, device)?)),
-            family @ (Family::Gdn | Family::GdnPos | Family::Mamba3 | Family::Mamba2) => {
-                Err(ModelError::NotImplemented(family))
-            }
+            Family::Gdn | Family::GdnPos => Ok(Model::Gdn(GatedDeltaNet::init(config, device)?)),
+            Family::Mamba3 | Family::Mamba2 => Ok(Model::Mamba(Mamba::init(config, device)?)),
         }
     }
 
@@ -79,6 +92,8 @@ impl StateModel for Model {
         match self {
             Model::Transformer(model) => model.logits(moves),
             Model::Slice(model) => model.logits(moves),
+            Model::Gdn(model) => model.logits(moves),
+            Model::Mamba(model) => model.logits(moves),
         }
     }
 }

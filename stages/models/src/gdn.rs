@@ -1,0 +1,333 @@
+//! `gdn` and `gdn_pos` (spec B.3): FLA 0.5.0's `GatedDeltaNetModel` as the reference builds it,
+//! with its output head.
+//!
+//! - Pre-norm blocks `x + GDN(RMSNorm(x))`, `x + SwiGLU(RMSNorm(x))`, then a final RMSNorm
+//!   (eps 1e-6 everywhere), key head dim 48, value head dim 96.
+//! - The delta rule `S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ`, `o_t = S_tᵀ q_t`, runs
+//!   step by step ([`delta_rule_sequential`]). The chunked delta rule is not written yet, so
+//!   [`crate::Scan::Chunked`] also runs the sequential form for this family.
+//! - `gdn` doubles β (eigenvalues along k in (−α, α)); `gdn_pos` does not (in (0, α)). The two
+//!   have identical parameters.
+//! - No dropout anywhere (spec D.3). FLA inits: every Linear and conv weight N(0, 0.02²),
+//!   embedding N(0, 0.02²), head N(0, 0.02²) with zero bias, `A_log = log U(0, 16)`, `dt_bias`
+//!   the inverse softplus of a log-uniform `dt` in [1e-3, 1e-1].
+//! - The reference's embedding has `padding_idx = PAD`, so PAD's row never gets a gradient. Here
+//!   it does, but PAD only appears at positions masked out of the loss, so no valid logit
+//!   depends on it.
+
+use burn::module::Param;
+use burn::nn::{Embedding, Initializer, Linear, LinearConfig, RmsNorm, RmsNormConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{sigmoid, silu, softplus};
+
+use crate::config::{Family, ModelConfig};
+use crate::error::ModelError;
+use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
+use crate::model::StateModel;
+use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
+
+/// Epsilon of every RMSNorm in the family (`norm_eps`).
+pub const NORM_EPS: f64 = 1e-6;
+/// Key (and query) head dimension.
+pub const KEY_HEAD_DIM: usize = 48;
+/// Value head dimension (`head_dim · expand_v`).
+pub const VALUE_HEAD_DIM: usize = 96;
+/// Kernel size of the short convolutions.
+pub const CONV_SIZE: usize = 4;
+/// FLA's `initializer_range`.
+pub const INIT_STD: f64 = 0.02;
+/// Epsilon of the per-head L2 normalisation of q and k.
+pub const L2_EPS: f64 = 1e-6;
+
+/// The Gated DeltaNet family: `backbone` and `output_head`, as in the reference's state_dict.
+#[derive(Module, Debug)]
+pub struct GatedDeltaNet {
+    /// `backbone`: FLA's `GatedDeltaNetModel`.
+    pub backbone: GdnBackbone,
+    /// `output_head`: Linear(d → 1878), N(0, 0.02²), zero bias.
+    pub output_head: Linear,
+}
+
+/// Embedding, blocks and final norm.
+#[derive(Module, Debug)]
+pub struct GdnBackbone {
+    /// `backbone.embeddings`: Embedding(20482, d), N(0, 0.02²).
+    pub embeddings: Embedding,
+    /// `backbone.layers.{i}`.
+    pub layers: Vec<GdnBlock>,
+    /// `backbone.norm`: RMSNorm(d, 1e-6).
+    pub norm: RmsNorm,
+}
+
+/// One pre-norm block.
+#[derive(Module, Debug)]
+pub struct GdnBlock {
+    /// `attn_norm`.
+    pub attn_norm: RmsNorm,
+    /// `attn`.
+    pub attn: GatedDeltaNetLayer,
+    /// `mlp_norm`.
+    pub mlp_norm: RmsNorm,
+    /// `mlp`.
+    pub mlp: GdnMlp,
+}
+
+/// The Gated DeltaNet token mixer (`attn`). All projections have no bias.
+#[derive(Module, Debug)]
+pub struct GatedDeltaNetLayer {
+    /// `q_proj`: Linear(d → 48h).
+    pub q_proj: Linear,
+    /// `k_proj`: Linear(d → 48h).
+    pub k_proj: Linear,
+    /// `v_proj`: Linear(d → 96h).
+    pub v_proj: Linear,
+    /// `a_proj`: Linear(d → h), the decay's input.
+    pub a_proj: Linear,
+    /// `b_proj`: Linear(d → h), β's input.
+    pub b_proj: Linear,
+    /// `g_proj`: Linear(d → 96h), the output gate.
+    pub g_proj: Linear,
+    /// `o_proj`: Linear(96h → d).
+    pub o_proj: Linear,
+    /// `q_conv1d`: depthwise causal conv, `[48h, 1, 4]`, no bias.
+    pub q_conv1d: CausalConv1d,
+    /// `k_conv1d`: `[48h, 1, 4]`.
+    pub k_conv1d: CausalConv1d,
+    /// `v_conv1d`: `[96h, 1, 4]`.
+    pub v_conv1d: CausalConv1d,
+    /// `A_log`: `[h]`.
+    pub a_log: Param<Tensor<1>>,
+    /// `dt_bias`: `[h]`.
+    pub dt_bias: Param<Tensor<1>>,
+    /// `o_norm`: RMSNorm(96, 1e-6), weight shared by the heads.
+    pub o_norm: RmsNorm,
+    /// Number of heads `h`.
+    pub n_heads: usize,
+    /// Whether β is doubled (`gdn`) or not (`gdn_pos`).
+    pub allow_neg_eigval: bool,
+}
+
+/// SwiGLU MLP without biases: `down(SiLU(gate(x)) ⊙ up(x))`.
+#[derive(Module, Debug)]
+pub struct GdnMlp {
+    /// `gate_proj`: Linear(d → I).
+    pub gate_proj: Linear,
+    /// `up_proj`: Linear(d → I).
+    pub up_proj: Linear,
+    /// `down_proj`: Linear(I → d).
+    pub down_proj: Linear,
+}
+
+/// FLA's MLP width for `hidden_ratio = 4`: `I = 256·⌈⌊8d/3⌋ / 256⌉` (512, 768, 1024, 1536 for the
+/// four sizes).
+pub fn intermediate_size(d_model: usize) -> usize {
+    256 * (8 * d_model / 3).div_ceil(256)
+}
+
+impl GatedDeltaNet {
+    /// A freshly initialised model for `config` (`gdn` or `gdn_pos`).
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] when `config.family` is not `gdn` or `gdn_pos`.
+    pub fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError> {
+        let allow_neg_eigval = match config.family {
+            Family::Gdn => true,
+            Family::GdnPos => false,
+            other => {
+                return Err(ModelError::InvalidConfig {
+                    field: "family",
+                    reason: format!("{other} is not a Gated DeltaNet family"),
+                });
+            }
+        };
+        let d = config.d_model();
+        let h = config.n_heads();
+        let (key_dim, value_dim) = (KEY_HEAD_DIM * h, VALUE_HEAD_DIM * h);
+        let inner = intermediate_size(d);
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: INIT_STD,
+        };
+        let linear = |i: usize, o: usize| {
+            LinearConfig::new(i, o)
+                .with_bias(false)
+                .with_initializer(normal.clone())
+                .init(device)
+        };
+        let norm = |n: usize| RmsNormConfig::new(n).with_epsilon(NORM_EPS).init(device);
+        let layers = (0..config.n_layers())
+            .map(|_| GdnBlock {
+                attn_norm: norm(d),
+                attn: GatedDeltaNetLayer {
+                    q_proj: linear(d, key_dim),
+                    k_proj: linear(d, key_dim),
+                    v_proj: linear(d, value_dim),
+                    a_proj: linear(d, h),
+                    b_proj: linear(d, h),
+                    g_proj: linear(d, value_dim),
+                    o_proj: linear(value_dim, d),
+                    q_conv1d: CausalConv1d::init(key_dim, CONV_SIZE, false, &normal, device),
+                    k_conv1d: CausalConv1d::init(key_dim, CONV_SIZE, false, &normal, device),
+                    v_conv1d: CausalConv1d::init(value_dim, CONV_SIZE, false, &normal, device),
+                    a_log: a_log_init(h, 0.0, 16.0, device),
+                    dt_bias: dt_bias_init(h, device),
+                    o_norm: norm(VALUE_HEAD_DIM),
+                    n_heads: h,
+                    allow_neg_eigval,
+                },
+                mlp_norm: norm(d),
+                mlp: GdnMlp {
+                    gate_proj: linear(d, inner),
+                    up_proj: linear(d, inner),
+                    down_proj: linear(inner, d),
+                },
+            })
+            .collect();
+        Ok(Self {
+            backbone: GdnBackbone {
+                embeddings: input_embedding(d, EmbeddingInit::Normal { std: INIT_STD }, device),
+                layers,
+                norm: norm(d),
+            },
+            output_head: output_head(d, HeadInit::NormalZeroBias { std: INIT_STD }, device),
+        })
+    }
+}
+
+impl StateModel for GatedDeltaNet {
+    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+        let mut x = self.backbone.embeddings.forward(moves); // [batch, seq, d]
+        for layer in &self.backbone.layers {
+            x = layer.forward(x);
+        }
+        self.output_head.forward(self.backbone.norm.forward(x))
+    }
+}
+
+impl GdnBlock {
+    /// # Shapes
+    /// - `x`: `[batch, seq, d]`
+    /// - output: `[batch, seq, d]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = x.clone() + self.attn.forward(self.attn_norm.forward(x));
+        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
+    }
+}
+
+impl GdnMlp {
+    /// # Shapes
+    /// - `x`: `[batch, seq, d]`
+    /// - output: `[batch, seq, d]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let gate = silu(self.gate_proj.forward(x.clone()));
+        self.down_proj.forward(gate * self.up_proj.forward(x))
+    }
+}
+
+/// The inputs of the delta rule for one layer, before the recurrence.
+#[derive(Debug, Clone)]
+pub struct DeltaRuleInputs {
+    /// L2-normalised queries scaled by 1/√48. `[batch, seq, h, 48]`
+    pub q: Tensor<4>,
+    /// L2-normalised keys. `[batch, seq, h, 48]`
+    pub k: Tensor<4>,
+    /// Values. `[batch, seq, h, 96]`
+    pub v: Tensor<4>,
+    /// Writing strength β, in (0, 2) or (0, 1). `[batch, seq, h]`
+    pub beta: Tensor<3>,
+    /// Log decay `g = −exp(A_log)·softplus(W_a x + dt_bias)`, so `α = exp(g)`. `[batch, seq, h]`
+    pub g: Tensor<3>,
+}
+
+impl GatedDeltaNetLayer {
+    /// q, k, v, β and the log decay from the normed block input (steps 1–5 of spec B.3).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d]`
+    /// - output: see [`DeltaRuleInputs`]
+    pub fn delta_rule_inputs(&self, x: Tensor<3>) -> DeltaRuleInputs {
+        let [batch, seq, _] = x.dims();
+        let h = self.n_heads;
+        let heads = |t: Tensor<3>, dim: usize| -> Tensor<4> { t.reshape([batch, seq, h, dim]) };
+        let q = heads(
+            silu(self.q_conv1d.forward(self.q_proj.forward(x.clone()))),
+            KEY_HEAD_DIM,
+        );
+        let k = heads(
+            silu(self.k_conv1d.forward(self.k_proj.forward(x.clone()))),
+            KEY_HEAD_DIM,
+        );
+        let v = heads(
+            silu(self.v_conv1d.forward(self.v_proj.forward(x.clone()))),
+            VALUE_HEAD_DIM,
+        );
+        let q = l2_normalize(q) * (1.0 / (KEY_HEAD_DIM as f64).sqrt());
+        let k = l2_normalize(k);
+        let mut beta = sigmoid(self.b_proj.forward(x.clone())); // [batch, seq, h]
+        if self.allow_neg_eigval {
+            beta = beta * 2.0;
+        }
+        let dt_bias = self.dt_bias.val().reshape([1, 1, h]);
+        let rate = self.a_log.val().exp().reshape([1, 1, h]);
+        let g = (softplus(self.a_proj.forward(x) + dt_bias, 1.0) * rate).neg();
+        DeltaRuleInputs { q, k, v, beta, g }
+    }
+
+    /// The whole mixer: delta rule, gated RMSNorm per head, output projection.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d]` (the normed block input)
+    /// - output: `[batch, seq, d]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [batch, seq, _] = x.dims();
+        let h = self.n_heads;
+        let inputs = self.delta_rule_inputs(x.clone());
+        let o = delta_rule_sequential(&inputs); // [batch, seq, h, 96]
+        let gate: Tensor<4> = self
+            .g_proj
+            .forward(x)
+            .reshape([batch, seq, h, VALUE_HEAD_DIM]);
+        let o = self.o_norm.forward(o) * silu(gate);
+        self.o_proj
+            .forward(o.reshape([batch, seq, h * VALUE_HEAD_DIM]))
+    }
+}
+
+/// `x / sqrt(Σ x² + 1e-6)` over the last dimension.
+fn l2_normalize(x: Tensor<4>) -> Tensor<4> {
+    let norm = (x.clone().square().sum_dim(3) + L2_EPS).sqrt();
+    x / norm
+}
+
+/// The gated delta rule, one step at a time, from a zero state:
+/// decay `S ← α_t S`, then `v' = β_t (v_t − Sᵀ k_t)`, `S ← S + k_t v'ᵀ`, and read out
+/// `o_t = Sᵀ q_t`. This equals `S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ`.
+///
+/// # Shapes
+/// - inputs: see [`DeltaRuleInputs`] (key dim `K`, value dim `V`)
+/// - output `o`: `[batch, seq, h, V]`
+pub fn delta_rule_sequential(inputs: &DeltaRuleInputs) -> Tensor<4> {
+    let [batch, seq, h, key_dim] = inputs.k.dims();
+    let [_, _, _, value_dim] = inputs.v.dims();
+    let device = inputs.k.device();
+    let alpha = inputs.g.clone().exp();
+    let step4 = |t: &Tensor<4>, i: usize, dim: usize| -> Tensor<4> {
+        t.clone().narrow(1, i, 1).reshape([batch, h, 1, dim])
+    };
+    let step3 = |t: &Tensor<3>, i: usize| -> Tensor<4> {
+        t.clone().narrow(1, i, 1).reshape([batch, h, 1, 1])
+    };
+    let mut state = Tensor::<4>::zeros([batch, h, key_dim, value_dim], &device);
+    let mut outputs = Vec::with_capacity(seq);
+    for t in 0..seq {
+        let k_t = step4(&inputs.k, t, key_dim); // [batch, h, 1, K]
+        let v_t = step4(&inputs.v, t, value_dim); // [batch, h, 1, V]
+        let q_t = step4(&inputs.q, t, key_dim);
+        state = state * step3(&alpha, t);
+        let predicted = k_t.clone().matmul(state.clone()); // Sᵀk as a row: [batch, h, 1, V]
+        let correction = (v_t - predicted) * step3(&inputs.beta, t);
+        state = state + k_t.swap_dims(2, 3).matmul(correction);
+        outputs.push(q_t.matmul(state.clone()).reshape([batch, h, value_dim]));
+    }
+    Tensor::stack(outputs, 1)
+}

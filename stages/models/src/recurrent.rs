@@ -1,0 +1,249 @@
+//! Pieces shared by the Gated DeltaNet and Mamba families: the short causal depthwise
+//! convolution, the `dt_bias` init, and the scalar-decay linear recurrence that both Mamba
+//! mixers reduce to (sequential and chunked forms).
+//!
+//! The scalar-decay recurrence, per batch row and head, with state `S ∈ ℝ^{P×N}` starting at 0:
+//!
+//! ```text
+//! S_t     = a_t · S_{t−1} + Σ_m v_{t,m} k_{t,m}ᵀ        (a_t = exp(log_a_t))
+//! y_{t,r} = S_t q_{t,r}
+//! ```
+//!
+//! Mamba-2 is the case of one key slot (`k = B_t`, `v = Δ_t x_t`); Mamba-3 has two key slots per
+//! rank (the current and the previous token, see [`crate::mamba`]).
+
+use burn::module::Param;
+use burn::nn::Initializer;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+
+use crate::config::Scan;
+
+/// Depthwise causal 1-d convolution over the channels of `[batch, seq, channels]` with zero
+/// left-padding: `out_t[c] = Σ_i w[c, 0, i] · x_{t−K+1+i}[c] (+ bias[c])`, so the last tap
+/// multiplies the current step. The weight has PyTorch's `Conv1d(C, C, K, groups = C)` shape.
+#[derive(Module, Debug)]
+pub struct CausalConv1d {
+    /// `weight`: `[channels, 1, kernel]`.
+    pub weight: Param<Tensor<3>>,
+    /// `bias`: `[channels]`, if the layer has one.
+    pub bias: Option<Param<Tensor<1>>>,
+}
+
+impl CausalConv1d {
+    /// A convolution with every weight (and bias, if any) drawn by `init`.
+    pub fn init(
+        channels: usize,
+        kernel: usize,
+        bias: bool,
+        init: &Initializer,
+        device: &Device,
+    ) -> Self {
+        Self {
+            weight: init.init([channels, 1, kernel], device),
+            bias: bias.then(|| init.init([channels], device)),
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[batch, seq, channels]`
+    /// - output: `[batch, seq, channels]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [batch, seq, channels] = x.dims();
+        let [_, _, kernel] = self.weight.dims();
+        let device = x.device();
+        let padded = if kernel > 1 {
+            Tensor::cat(
+                vec![Tensor::zeros([batch, kernel - 1, channels], &device), x],
+                1,
+            )
+        } else {
+            x
+        }; // [batch, seq + kernel − 1, channels]
+        let weight = self.weight.val();
+        let mut out = Tensor::zeros([batch, seq, channels], &device);
+        for tap in 0..kernel {
+            let w: Tensor<3> = weight.clone().narrow(2, tap, 1).reshape([1, 1, channels]);
+            out = out + padded.clone().narrow(1, tap, seq) * w;
+        }
+        match &self.bias {
+            Some(bias) => out + bias.val().reshape([1, 1, channels]),
+            None => out,
+        }
+    }
+}
+
+/// `softplus⁻¹(y) = y + log(−expm1(−y))`, in f64.
+pub fn inverse_softplus(y: f64) -> f64 {
+    y + (-(-y).exp_m1()).ln()
+}
+
+/// The `dt_bias` init of FLA and mamba_ssm: `softplus⁻¹(dt)` with
+/// `dt = exp(U(log 1e-3, log 1e-1))` clamped to at least 1e-4. `[n]`
+pub fn dt_bias_init(n: usize, device: &Device) -> Param<Tensor<1>> {
+    let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
+    let dt = Tensor::<1>::random([n], Distribution::Uniform(lo, hi), device)
+        .exp()
+        .clamp_min(1e-4);
+    // softplus⁻¹(dt) = dt + log(1 − exp(−dt)); f32 rounding here is far below the spread of
+    // the distribution.
+    let inverse = dt.clone() + (dt.neg().exp().neg() + 1.0).log();
+    Param::from_tensor(inverse)
+}
+
+/// `log U(lo, hi)`: the `A_log` init (FLA: U(0, 16); mamba_ssm: U(1, 16)). `[n]`
+pub fn a_log_init(n: usize, lo: f64, hi: f64, device: &Device) -> Param<Tensor<1>> {
+    // U(0, 16) may draw an exact 0 in f32; keep log finite as torch's draw practically does.
+    let u = Tensor::<1>::random([n], Distribution::Uniform(lo, hi), device).clamp_min(1e-30);
+    Param::from_tensor(u.log())
+}
+
+/// The scalar-decay recurrence of the module doc, evaluated with `scan`.
+///
+/// # Shapes
+/// - `log_a`: `[batch, seq, heads]` (log of the per-step decay, ≤ 0)
+/// - `q`: `[batch, seq, heads, n_queries, N]`
+/// - `k`: `[batch, seq, heads, n_keys, N]`
+/// - `v`: `[batch, seq, heads, n_keys, P]`
+/// - output `y`: `[batch, seq, heads, n_queries, P]`
+pub fn scalar_decay_scan(
+    log_a: Tensor<3>,
+    q: Tensor<5>,
+    k: Tensor<5>,
+    v: Tensor<5>,
+    scan: Scan,
+    chunk_size: usize,
+) -> Tensor<5> {
+    match scan {
+        Scan::Sequential => scalar_decay_sequential(log_a, q, k, v),
+        Scan::Chunked => scalar_decay_chunked(log_a, q, k, v, chunk_size),
+    }
+}
+
+/// The plain loop over steps (see [`scalar_decay_scan`] for shapes).
+pub fn scalar_decay_sequential(
+    log_a: Tensor<3>,
+    q: Tensor<5>,
+    k: Tensor<5>,
+    v: Tensor<5>,
+) -> Tensor<5> {
+    let [batch, seq, heads, n_queries, n] = q.dims();
+    let [_, _, _, n_keys, p] = v.dims();
+    let device = q.device();
+    let a = log_a.exp();
+    let mut state = Tensor::<4>::zeros([batch, heads, p, n], &device);
+    let mut outputs = Vec::with_capacity(seq);
+    for t in 0..seq {
+        let a_t: Tensor<4> = a.clone().narrow(1, t, 1).reshape([batch, heads, 1, 1]);
+        let k_t: Tensor<4> = k.clone().narrow(1, t, 1).reshape([batch, heads, n_keys, n]);
+        let v_t: Tensor<4> = v.clone().narrow(1, t, 1).reshape([batch, heads, n_keys, p]);
+        let q_t: Tensor<4> = q
+            .clone()
+            .narrow(1, t, 1)
+            .reshape([batch, heads, n_queries, n]);
+        // Σ_m v_m k_mᵀ = Vᵀ K: [batch, heads, P, N]
+        state = state * a_t + v_t.swap_dims(2, 3).matmul(k_t);
+        // y_r = S q_r, as rows: Q Sᵀ: [batch, heads, n_queries, P]
+        outputs.push(q_t.matmul(state.clone().swap_dims(2, 3)));
+    }
+    Tensor::stack(outputs, 1)
+}
+
+/// The chunked form (SSD): inside each chunk of `chunk_size` steps the outputs are a masked,
+/// decay-weighted attention `y_i = Σ_{j≤i} exp(c_i − c_j) (q_i·k_j) v_j` (with `c` the cumulative
+/// log decay inside the chunk) plus the chunk's start state read out with decay `exp(c_i)`; the
+/// start states are carried from chunk to chunk. See [`scalar_decay_scan`] for shapes.
+pub fn scalar_decay_chunked(
+    log_a: Tensor<3>,
+    q: Tensor<5>,
+    k: Tensor<5>,
+    v: Tensor<5>,
+    chunk_size: usize,
+) -> Tensor<5> {
+    let [batch, seq, heads, n_queries, n] = q.dims();
+    let [_, _, _, n_keys, p] = v.dims();
+    if seq == 0 {
+        return Tensor::zeros([batch, 0, heads, n_queries, p], &q.device());
+    }
+    let device = q.device();
+    let chunk = chunk_size.clamp(1, seq);
+    let n_chunks = seq.div_ceil(chunk);
+    let padded = n_chunks * chunk;
+    let pad = padded - seq;
+    // Padding after the end (decay 1, zero keys and values) changes no output.
+    let pad5 = |t: Tensor<5>| -> Tensor<5> {
+        if pad == 0 {
+            return t;
+        }
+        let [b, _, h, m, w] = t.dims();
+        Tensor::cat(vec![t, Tensor::zeros([b, pad, h, m, w], &device)], 1)
+    };
+    let log_a = if pad > 0 {
+        Tensor::cat(vec![log_a, Tensor::zeros([batch, pad, heads], &device)], 1)
+    } else {
+        log_a
+    };
+    // [batch, n_chunks, heads, chunk, ·]
+    let to_chunks = |t: Tensor<5>| -> Tensor<5> {
+        let [b, _, h, m, w] = t.dims();
+        t.reshape([b, n_chunks, chunk, h, m * w])
+            .swap_dims(2, 3)
+            .reshape([b, n_chunks, h, chunk * m, w])
+    };
+    let q = to_chunks(pad5(q)); // [b, nc, h, chunk·R, N]
+    let k = to_chunks(pad5(k)); // [b, nc, h, chunk·M, N]
+    let v = to_chunks(pad5(v)); // [b, nc, h, chunk·M, P]
+    let cum: Tensor<4> = log_a
+        .reshape([batch, n_chunks, chunk, heads])
+        .swap_dims(2, 3)
+        .cumsum(3); // [b, nc, h, chunk]
+    // Row i (query step), column j (key step): exp(c_i − c_j) for j ≤ i, else 0.
+    let diff = cum.clone().reshape([batch, n_chunks, heads, chunk, 1])
+        - cum.clone().reshape([batch, n_chunks, heads, 1, chunk]);
+    let future = Tensor::<2, Bool>::tril_mask([chunk, chunk], 0, &device)
+        .reshape([1, 1, 1, chunk, chunk])
+        .expand([batch, n_chunks, heads, chunk, chunk]);
+    let decay: Tensor<5> = diff.mask_fill(future, f32::NEG_INFINITY).exp();
+    let decay: Tensor<5> = decay
+        .reshape([batch, n_chunks, heads, chunk, 1, chunk, 1])
+        .expand([batch, n_chunks, heads, chunk, n_queries, chunk, n_keys])
+        .reshape([batch, n_chunks, heads, chunk * n_queries, chunk * n_keys]);
+    let scores = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay;
+    let intra = scores.matmul(v.clone()); // [b, nc, h, chunk·R, P]
+
+    // Each chunk's own contribution to the state at its end: Σ_j exp(c_last − c_j) v_j k_jᵀ.
+    let last = cum.clone().narrow(3, chunk - 1, 1); // [b, nc, h, 1]
+    let to_end: Tensor<5> = (last.clone() - cum.clone())
+        .exp()
+        .reshape([batch, n_chunks, heads, chunk, 1])
+        .expand([batch, n_chunks, heads, chunk, n_keys])
+        .reshape([batch, n_chunks, heads, chunk * n_keys, 1]);
+    let chunk_states = (v * to_end).swap_dims(3, 4).matmul(k); // [b, nc, h, P, N]
+    let chunk_decay = last.exp(); // [b, nc, h, 1]
+    let mut starts = Vec::with_capacity(n_chunks);
+    let mut state = Tensor::<4>::zeros([batch, heads, p, n], &device);
+    for c in 0..n_chunks {
+        starts.push(state.clone());
+        let own: Tensor<4> = chunk_states
+            .clone()
+            .narrow(1, c, 1)
+            .reshape([batch, heads, p, n]);
+        let a: Tensor<4> = chunk_decay
+            .clone()
+            .narrow(1, c, 1)
+            .reshape([batch, heads, 1, 1]);
+        state = state * a + own;
+    }
+    let starts: Tensor<5> = Tensor::stack(starts, 1); // [b, nc, h, P, N]
+    let from_start: Tensor<5> = cum
+        .exp()
+        .reshape([batch, n_chunks, heads, chunk, 1])
+        .expand([batch, n_chunks, heads, chunk, n_queries])
+        .reshape([batch, n_chunks, heads, chunk * n_queries, 1]);
+    let inter = q.matmul(starts.swap_dims(3, 4)) * from_start; // [b, nc, h, chunk·R, P]
+    (intra + inter)
+        .reshape([batch, n_chunks, heads, chunk, n_queries * p])
+        .swap_dims(2, 3)
+        .reshape([batch, padded, heads, n_queries, p])
+        .narrow(1, 0, seq)
+}
