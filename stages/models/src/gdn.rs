@@ -4,8 +4,8 @@
 //! - Pre-norm blocks `x + GDN(RMSNorm(x))`, `x + SwiGLU(RMSNorm(x))`, then a final RMSNorm
 //!   (eps 1e-6 everywhere), key head dim 48, value head dim 96.
 //! - The delta rule `S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ`, `o_t = S_tᵀ q_t`, runs
-//!   step by step ([`delta_rule_sequential`]). The chunked delta rule is not written yet, so
-//!   [`crate::Scan::Chunked`] also runs the sequential form for this family.
+//!   step by step ([`delta_rule_sequential`], [`Scan::Sequential`]) or chunk by chunk
+//!   ([`delta_rule_chunked`], [`Scan::Chunked`], FLA's "chunk" mode).
 //! - `gdn` doubles β (eigenvalues along k in (−α, α)); `gdn_pos` does not (in (0, α)). The two
 //!   have identical parameters.
 //! - No dropout anywhere (spec D.3). FLA inits: every Linear and conv weight N(0, 0.02²),
@@ -20,7 +20,7 @@ use burn::nn::{Embedding, Initializer, Linear, LinearConfig, RmsNorm, RmsNormCon
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, silu, softplus};
 
-use crate::config::{Family, ModelConfig};
+use crate::config::{Family, ModelConfig, Scan};
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
 use crate::model::StateModel;
@@ -105,6 +105,11 @@ pub struct GatedDeltaNetLayer {
     pub n_heads: usize,
     /// Whether β is doubled (`gdn`) or not (`gdn_pos`).
     pub allow_neg_eigval: bool,
+    /// Sequential or chunked delta rule.
+    #[module(skip)]
+    pub scan: Scan,
+    /// Steps per chunk when chunked.
+    pub chunk_size: usize,
 }
 
 /// SwiGLU MLP without biases: `down(SiLU(gate(x)) ⊙ up(x))`.
@@ -174,6 +179,8 @@ impl GatedDeltaNet {
                     o_norm: norm(VALUE_HEAD_DIM),
                     n_heads: h,
                     allow_neg_eigval,
+                    scan: config.scan,
+                    chunk_size: config.chunk_size.max(1),
                 },
                 mlp_norm: norm(d),
                 mlp: GdnMlp {
@@ -282,7 +289,10 @@ impl GatedDeltaNetLayer {
         let [batch, seq, _] = x.dims();
         let h = self.n_heads;
         let inputs = self.delta_rule_inputs(x.clone());
-        let o = delta_rule_sequential(&inputs); // [batch, seq, h, 96]
+        let o = match self.scan {
+            Scan::Sequential => delta_rule_sequential(&inputs),
+            Scan::Chunked => delta_rule_chunked(&inputs, self.chunk_size),
+        }; // [batch, seq, h, 96]
         let gate: Tensor<4> = self
             .g_proj
             .forward(x)
@@ -330,4 +340,114 @@ pub fn delta_rule_sequential(inputs: &DeltaRuleInputs) -> Tensor<4> {
         outputs.push(q_t.matmul(state.clone()).reshape([batch, h, value_dim]));
     }
     Tensor::stack(outputs, 1)
+}
+
+/// The chunked delta rule (the WY form FLA's "chunk" kernel uses), same result as
+/// [`delta_rule_sequential`] up to float rounding.
+///
+/// Inside a chunk with start state `S₀` and cumulative log decay `γ_i = Σ_{j≤i} g_j`, write the
+/// update as `S_t = α_t S_{t−1} + k_t u_tᵀ` with `u_t = β_t (v_t − (α_t S_{t−1})ᵀ k_t)`. Then
+/// `(I + A) U = diag(β) (V − diag(e^γ) K S₀)` with the strictly lower triangular
+/// `A_ij = β_i e^{γ_i − γ_j} k_iᵀ k_j`, so with `T = (I + A)⁻¹` (forward substitution, all chunks
+/// at once): `U = T diag(β) V − T diag(β e^γ) K S₀`,
+/// `O = diag(e^γ) Q S₀ + (Q Kᵀ ⊙ Γ) U` with `Γ_ij = e^{γ_i − γ_j}` for `j ≤ i` (0 above), and
+/// the next start state `e^{γ_C} S₀ + (diag(e^{γ_C − γ}) K)ᵀ U`. Only the last three steps run
+/// chunk after chunk. Every exponent is ≤ 0.
+///
+/// # Shapes
+/// - inputs: see [`DeltaRuleInputs`] (key dim `K`, value dim `V`)
+/// - output `o`: `[batch, seq, h, V]`
+pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor<4> {
+    let [batch, seq, h, key_dim] = inputs.k.dims();
+    let [_, _, _, value_dim] = inputs.v.dims();
+    let device = inputs.k.device();
+    if seq == 0 {
+        return Tensor::zeros([batch, 0, h, value_dim], &device);
+    }
+    let chunk = chunk_size.clamp(1, seq);
+    let n_chunks = seq.div_ceil(chunk);
+    let padded = n_chunks * chunk;
+    let pad = padded - seq;
+    // Padding after the end has β = 0 and g = 0: the state passes through unchanged.
+    let pad4 = |t: &Tensor<4>| -> Tensor<4> {
+        let [b, _, hh, w] = t.dims();
+        let t = t.clone();
+        if pad == 0 {
+            return t;
+        }
+        Tensor::cat(vec![t, Tensor::zeros([b, pad, hh, w], &device)], 1)
+    };
+    let pad3 = |t: &Tensor<3>| -> Tensor<3> {
+        let t = t.clone();
+        if pad == 0 {
+            return t;
+        }
+        Tensor::cat(vec![t, Tensor::zeros([batch, pad, h], &device)], 1)
+    };
+    // [batch, n_chunks, h, chunk, w]
+    let chunks4 = |t: Tensor<4>| -> Tensor<5> {
+        let [b, _, hh, w] = t.dims();
+        t.reshape([b, n_chunks, chunk, hh, w]).swap_dims(2, 3)
+    };
+    let chunks3 =
+        |t: Tensor<3>| -> Tensor<4> { t.reshape([batch, n_chunks, chunk, h]).swap_dims(2, 3) };
+    let q = chunks4(pad4(&inputs.q));
+    let k = chunks4(pad4(&inputs.k));
+    let v = chunks4(pad4(&inputs.v));
+    let beta: Tensor<5> = chunks3(pad3(&inputs.beta)).unsqueeze_dim(4); // [b, nc, h, C, 1]
+    let gamma = chunks3(pad3(&inputs.g)).cumsum(3); // [b, nc, h, C]
+    let column = |t: Tensor<4>| -> Tensor<5> { t.unsqueeze_dim(4) }; // [.., C, 1]
+    let row = |t: Tensor<4>| -> Tensor<5> { t.unsqueeze_dim(3) }; // [.., 1, C]
+    let square = [batch, n_chunks, h, chunk, chunk];
+    let above = Tensor::<2, Bool>::tril_mask([chunk, chunk], 0, &device)
+        .reshape([1, 1, 1, chunk, chunk])
+        .expand(square);
+    let diagonal_and_above = Tensor::<2, Bool>::tril_mask([chunk, chunk], -1, &device)
+        .reshape([1, 1, 1, chunk, chunk])
+        .expand(square);
+    let decay = (column(gamma.clone()) - row(gamma.clone()))
+        .mask_fill(above, f32::NEG_INFINITY)
+        .exp(); // Γ: [b, nc, h, C, C]
+    let a = (k.clone().matmul(k.clone().swap_dims(3, 4)) * decay.clone() * beta.clone())
+        .mask_fill(diagonal_and_above, 0.0);
+    // T = (I + A)⁻¹ by forward substitution: row i of T is e_i − A_i T, which only reads the
+    // rows j < i, already final.
+    let eye: Tensor<5> = Tensor::<2>::eye(chunk, &device)
+        .reshape([1, 1, 1, chunk, chunk])
+        .expand(square);
+    let mut t = eye.clone();
+    for i in 1..chunk {
+        let a_i = a.clone().narrow(3, i, 1); // [b, nc, h, 1, C]
+        let selector: Tensor<5> = eye.clone().narrow(4, i, 1); // one-hot column of row i
+        t = t.clone() - selector * a_i.matmul(t);
+    }
+    let gamma_exp = column(gamma.clone()).exp(); // [b, nc, h, C, 1]
+    let u_tilde = t.clone().matmul(v * beta.clone()); // [b, nc, h, C, V]
+    let w = t.matmul(k.clone() * (beta * gamma_exp.clone())); // [b, nc, h, C, K]
+    let qk = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay; // [b, nc, h, C, C]
+    let q_decayed = q * gamma_exp;
+    let last = gamma.clone().narrow(3, chunk - 1, 1); // [b, nc, h, 1]
+    let k_to_end = k * column(last.clone() - gamma).exp(); // [b, nc, h, C, K]
+    let chunk_decay = last.exp(); // [b, nc, h, 1]
+
+    let at = |t: &Tensor<5>, c: usize| -> Tensor<4> {
+        let [b, _, hh, r, w] = t.dims();
+        t.clone().narrow(1, c, 1).reshape([b, hh, r, w])
+    };
+    let mut state = Tensor::<4>::zeros([batch, h, key_dim, value_dim], &device);
+    let mut outputs = Vec::with_capacity(n_chunks);
+    for c in 0..n_chunks {
+        let u = at(&u_tilde, c) - at(&w, c).matmul(state.clone()); // [b, h, C, V]
+        let o = at(&q_decayed, c).matmul(state.clone()) + at(&qk, c).matmul(u.clone());
+        outputs.push(o);
+        let alpha: Tensor<4> = chunk_decay
+            .clone()
+            .narrow(1, c, 1)
+            .reshape([batch, h, 1, 1]);
+        state = state * alpha + at(&k_to_end, c).swap_dims(2, 3).matmul(u);
+    }
+    let o: Tensor<5> = Tensor::stack(outputs, 1); // [b, nc, h, C, V]
+    o.swap_dims(2, 3)
+        .reshape([batch, padded, h, value_dim])
+        .narrow(1, 0, seq)
 }

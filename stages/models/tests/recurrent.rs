@@ -5,7 +5,7 @@
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use cwm_models::gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_sequential};
+use cwm_models::gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
 use cwm_models::mamba::{Mamba2Mixer, Mamba3Mixer, Mixer, Pairing, rotate};
 use cwm_models::recurrent::{inverse_softplus, scalar_decay_chunked, scalar_decay_sequential};
 use cwm_models::{Family, Model, ModelConfig, Scan, Size, StateModel};
@@ -45,7 +45,8 @@ fn rms_norm(x: &[f64], eps: f64) -> Vec<f64> {
     x.iter().map(|v| v / (ms + eps).sqrt()).collect()
 }
 
-/// Two steps of the delta rule with K = V = 2, one head, against the matrix form
+/// Two steps of the delta rule (sequential, and chunked by 1 and 2) with K = V = 2, one head,
+/// against the matrix form
 /// `S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ`, `o_t = S_tᵀ q_t`.
 #[test]
 fn delta_rule_matches_the_matrix_form() {
@@ -62,7 +63,11 @@ fn delta_rule_matches_the_matrix_form() {
         beta: tensor(beta.to_vec(), [1, 2, 1], &device),
         g: tensor(g.to_vec(), [1, 2, 1], &device),
     };
-    let out = host(delta_rule_sequential(&inputs));
+    let outputs = [
+        host(delta_rule_sequential(&inputs)),
+        host(delta_rule_chunked(&inputs, 1)),
+        host(delta_rule_chunked(&inputs, 2)),
+    ];
     let mut s = [[0.0f64; 2]; 2]; // s[key][value]
     for t in 0..2 {
         let alpha = f64::exp(g[t]);
@@ -78,7 +83,9 @@ fn delta_rule_matches_the_matrix_form() {
         s = next;
         for j in 0..2 {
             let o: f64 = (0..2).map(|i| s[i][j] * q[t][i]).sum();
-            assert!((out[t * 2 + j] - o).abs() < 1e-5, "t={t} j={j}");
+            for out in &outputs {
+                assert!((out[t * 2 + j] - o).abs() < 1e-5, "t={t} j={j}");
+            }
         }
     }
 }
@@ -182,6 +189,89 @@ fn scalar_decay_scans_agree_on_outputs_and_gradients() {
                 "{what}: dlog_a"
             );
         }
+    }
+}
+
+/// Sequential and chunked delta rules agree on outputs and on the gradients of q, k, v, β and
+/// g, with β up to 2 (negative eigenvalues) and a length that is not a multiple of the chunk.
+#[test]
+fn delta_rules_agree_on_outputs_and_gradients() {
+    let device = Device::flex().autodiff();
+    device.seed(5);
+    let (batch, seq, h, key_dim, value_dim) = (2, 23, 2, 6, 5);
+    let unit = |t: Tensor<4>| {
+        let norm = t.clone().square().sum_dim(3).sqrt();
+        t / norm
+    };
+    let normal =
+        |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    let q = unit(normal([batch, seq, h, key_dim]));
+    let k = unit(normal([batch, seq, h, key_dim]));
+    let v = normal([batch, seq, h, value_dim]);
+    let beta = Tensor::<3>::random([batch, seq, h], Distribution::Uniform(0.0, 2.0), &device);
+    let g = Tensor::<3>::random([batch, seq, h], Distribution::Uniform(-1.5, 0.0), &device);
+    let weights = normal([batch, seq, h, value_dim]);
+    let run = |chunk: Option<usize>| {
+        let inputs = DeltaRuleInputs {
+            q: q.clone().detach().require_grad(),
+            k: k.clone().detach().require_grad(),
+            v: v.clone().detach().require_grad(),
+            beta: beta.clone().detach().require_grad(),
+            g: g.clone().detach().require_grad(),
+        };
+        let o = match chunk {
+            None => delta_rule_sequential(&inputs),
+            Some(c) => delta_rule_chunked(&inputs, c),
+        };
+        let grads = (o.clone() * weights.clone()).sum().backward();
+        (
+            o.detach(),
+            [
+                inputs.q.grad(&grads).unwrap(),
+                inputs.k.grad(&grads).unwrap(),
+                inputs.v.grad(&grads).unwrap(),
+            ],
+            [
+                inputs.beta.grad(&grads).unwrap(),
+                inputs.g.grad(&grads).unwrap(),
+            ],
+        )
+    };
+    let sequential = run(None);
+    for chunk in [1, 4, 8, 64] {
+        let chunked = run(Some(chunk));
+        assert!(
+            max_abs_diff(sequential.0.clone(), chunked.0) < 1e-4,
+            "chunk {chunk}: o"
+        );
+        for (i, (a, b)) in sequential.1.iter().zip(chunked.1).enumerate() {
+            assert!(max_abs_diff(a.clone(), b) < 1e-3, "chunk {chunk}: grad {i}");
+        }
+        for (i, (a, b)) in sequential.2.iter().zip(chunked.2).enumerate() {
+            assert!(
+                max_abs_diff(a.clone(), b) < 1e-3,
+                "chunk {chunk}: grad β/g {i}"
+            );
+        }
+    }
+}
+
+/// Whole Gated DeltaNet models give the same logits with either scan.
+#[test]
+fn gdn_models_agree_across_scans() {
+    let device = Device::flex();
+    for family in [Family::Gdn, Family::GdnPos] {
+        let sequential = Model::init(&config(family, Scan::Sequential), &device).unwrap();
+        let mut chunked = sequential.clone();
+        if let Model::Gdn(gdn) = &mut chunked {
+            for layer in &mut gdn.backbone.layers {
+                (layer.attn.scan, layer.attn.chunk_size) = (Scan::Chunked, 4);
+            }
+        }
+        let ids: Vec<i64> = (0..22).map(|i| (i * 977 % 20_480) as i64).collect();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [2, 11]), &device);
+        let (a, b) = (sequential.logits(ids.clone()), chunked.logits(ids));
+        assert!(max_abs_diff(a, b) < 1e-4, "{family}");
     }
 }
 
