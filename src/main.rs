@@ -16,6 +16,8 @@ use cwm::plan::Plan;
 use cwm::registry::Registry;
 use cwm::store::Store;
 
+mod data_commands;
+
 /// The default pipeline, built into the binary.
 const DEFAULT_PIPELINE: &str = include_str!("../pipeline.yaml");
 
@@ -124,6 +126,19 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Replay a PGN file into games, without a pipeline (like the reference's process.py).
+    Process(data_commands::ProcessArgs),
+    /// Generate uniformly random legal games, without a pipeline.
+    RandomUniform(data_commands::RandomUniformArgs),
+    /// Export games to another format.
+    #[command(subcommand)]
+    Export(data_commands::ExportCommand),
+    /// Import games from another format.
+    #[command(subcommand)]
+    Import(data_commands::ImportCommand),
+    /// Model utilities.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// List the stage kinds this cwm knows, with their params.
     Kinds,
     /// Write the built-in default pipeline to a file.
@@ -131,6 +146,25 @@ enum Command {
         /// Where to write it.
         #[arg(default_value = "pipeline.yaml")]
         path: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Parameter counts of the benchmark's models (spec C.3), from instantiated models.
+    Params {
+        /// Family: transformer, slice, slice_diag, gdn, gdn_pos, mamba3, mamba2.
+        #[arg(long, requires = "size", conflicts_with = "all")]
+        arch: Option<cwm_models::Family>,
+        /// Size: d128, d256, d384, d512.
+        #[arg(long, requires = "arch")]
+        size: Option<cwm_models::Size>,
+        /// Every family and size.
+        #[arg(long)]
+        all: bool,
+        /// Print a JSON array of {arch, size, params}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -344,6 +378,67 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 human_bytes(report.bytes_freed)
             );
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Process(args) => {
+            data_commands::process(args, threads)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::RandomUniform(args) => {
+            data_commands::random_uniform(args, threads)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export(command) => {
+            data_commands::export(command, &registry, threads)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import(command) => {
+            data_commands::import(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Model(ModelCommand::Params {
+            arch,
+            size,
+            all,
+            json,
+        }) => {
+            let cells: Vec<(cwm_models::Family, cwm_models::Size)> = match (arch, size) {
+                (Some(a), Some(s)) if !all => vec![(a, s)],
+                _ => cwm_models::Family::ALL
+                    .iter()
+                    .flat_map(|&a| cwm_models::Size::ALL.iter().map(move |&s| (a, s)))
+                    .collect(),
+            };
+            let mut rows = Vec::new();
+            let mut missing = Vec::new();
+            for (a, s) in cells {
+                match cwm_models::params(a, s) {
+                    Ok(n) => rows.push(serde_json::json!({
+                        "arch": a.to_string(), "size": s.to_string(), "params": n
+                    })),
+                    Err(e) => missing.push(format!("{a} {s}: {e}")),
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<12} {:<6} {:>12}", "arch", "size", "params");
+                for r in &rows {
+                    println!(
+                        "{:<12} {:<6} {:>12}",
+                        r["arch"].as_str().unwrap_or_default(),
+                        r["size"].as_str().unwrap_or_default(),
+                        r["params"]
+                    );
+                }
+            }
+            for m in &missing {
+                eprintln!("not available: {m}");
+            }
+            Ok(if missing.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Kinds => {
             for kind in registry.kinds() {

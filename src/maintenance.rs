@@ -226,7 +226,11 @@ impl Store {
             keys: instances.values().cloned().collect(),
             instances,
         };
-        let path = dir.join(format!("{}-{}.json", finished.replace(':', ""), std::process::id()));
+        let path = dir.join(format!(
+            "{}-{}.json",
+            finished.replace(':', ""),
+            std::process::id()
+        ));
         let bytes = serde_json::to_vec_pretty(&record).map_err(|e| StoreError::Malformed {
             path: path.clone(),
             message: e.to_string(),

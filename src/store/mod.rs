@@ -538,7 +538,10 @@ impl Store {
 
 /// Whether `name` looks like a content hash (64 lowercase hex digits).
 pub fn is_hash(name: &str) -> bool {
-    name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    name.len() == 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {

@@ -89,13 +89,12 @@ fn python_with_pyarrow() -> bool {
 #[test]
 fn the_full_pipeline_runs_on_the_shipped_sample_and_is_cached() {
     let ws = Workspace::new("data-full-pipeline");
-    ws.pipeline(&pipeline_for(&repo().join("data/lichess_db_1000k.pgn.zst"), 50));
+    ws.pipeline(&pipeline_for(
+        &repo().join("data/lichess_db_1000k.pgn.zst"),
+        50,
+    ));
     let first = ws.run_json(&[]);
-    assert_eq!(
-        super::names(&first, "ran").len(),
-        7,
-        "{first}"
-    );
+    assert_eq!(super::names(&first, "ran").len(), 7, "{first}");
     let second = ws.run_json(&[]);
     assert!(super::names(&second, "ran").is_empty(), "{second}");
 
@@ -130,7 +129,10 @@ fn the_full_pipeline_runs_on_the_shipped_sample_and_is_cached() {
         let ours = std::fs::read(&shards[0]).unwrap();
         let reference =
             std::fs::read(shared.join("reference-vectors/random_seed0_first50.jsonl")).unwrap();
-        assert!(ours == reference, "exported random games differ from the reference");
+        assert!(
+            ours == reference,
+            "exported random games differ from the reference"
+        );
     }
 
     // The shards read from Python alone, with the documented layout.
@@ -176,9 +178,18 @@ fn a_changed_local_file_reruns_the_download() {
     ws.pipeline(
         "stages:\n  download:\n    uses: download\n    params: {url: games.pgn}\n  parse:\n    uses: parse\n    inputs: {pgn: download}\n",
     );
-    assert_eq!(super::names(&ws.run_json(&[]), "ran"), ["download", "parse"]);
-    ws.write("games.pgn", &format!("{game}\n{}", game.replace("/x", "/y")));
-    assert_eq!(super::names(&ws.run_json(&[]), "ran"), ["download", "parse"]);
+    assert_eq!(
+        super::names(&ws.run_json(&[]), "ran"),
+        ["download", "parse"]
+    );
+    ws.write(
+        "games.pgn",
+        &format!("{game}\n{}", game.replace("/x", "/y")),
+    );
+    assert_eq!(
+        super::names(&ws.run_json(&[]), "ran"),
+        ["download", "parse"]
+    );
     let rejects = read_json(&artifact(&ws, "parse", "rejects").join("rejects.json"));
     assert_eq!(rejects["kept"], 2);
 }
@@ -233,10 +244,16 @@ fn every_edge_file_parses_with_counted_rejections() {
     let mut total_kept = 0;
     let mut reasons = std::collections::BTreeMap::<String, u64>::new();
     for (i, file) in files.iter().enumerate() {
-        let report = read_json(&artifact(&ws, &format!("parse{i}"), "rejects").join("rejects.json"));
+        let report =
+            read_json(&artifact(&ws, &format!("parse{i}"), "rejects").join("rejects.json"));
         let kept = report["kept"].as_u64().unwrap();
         let rejected = report["rejected"].as_u64().unwrap();
-        assert_eq!(kept + rejected, report["games_read"].as_u64().unwrap(), "{}", file.display());
+        assert_eq!(
+            kept + rejected,
+            report["games_read"].as_u64().unwrap(),
+            "{}",
+            file.display()
+        );
         let by_reason: u64 = report["by_reason"]
             .as_object()
             .unwrap()

@@ -1,5 +1,6 @@
 //! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
 
+mod data_commands;
 mod data_stages;
 mod executor;
 mod pipeline_errors;
