@@ -26,7 +26,11 @@ fn cwm(dir: &Path, args: &[&str]) {
         .args(args)
         .output()
         .expect("run cwm");
-    assert!(out.status.success(), "cwm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cwm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// 100 producers and 100 consumers (each consumer reads all producers' cell
@@ -45,9 +49,15 @@ fn noop_run(c: &mut Criterion) {
     cwm(&dir, &["run"]);
     let mut group = c.benchmark_group("noop_run_200");
     group.sample_size(20);
-    group.bench_function("baseline: cwm --version", |b| b.iter(|| cwm(&dir, &["--version"])));
-    group.bench_function("cwm run (all 200 cached)", |b| b.iter(|| cwm(&dir, &["run"])));
-    group.bench_function("cwm status (200 fresh)", |b| b.iter(|| cwm(&dir, &["status"])));
+    group.bench_function("baseline: cwm --version", |b| {
+        b.iter(|| cwm(&dir, &["--version"]))
+    });
+    group.bench_function("cwm run (all 200 cached)", |b| {
+        b.iter(|| cwm(&dir, &["run"]))
+    });
+    group.bench_function("cwm status (200 fresh)", |b| {
+        b.iter(|| cwm(&dir, &["status"]))
+    });
     group.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -75,12 +85,15 @@ fn status_big(c: &mut Criterion) {
     group.bench_function("cwm status (stat cache: no rehash)", |b| {
         b.iter(|| cwm(&dir, &["status"]))
     });
-    group.bench_function("baseline: cwm status without stat cache (rehash all)", |b| {
-        b.iter(|| {
-            std::fs::remove_file(&cache).expect("remove stat cache");
-            cwm(&dir, &["status"]);
-        })
-    });
+    group.bench_function(
+        "baseline: cwm status without stat cache (rehash all)",
+        |b| {
+            b.iter(|| {
+                std::fs::remove_file(&cache).expect("remove stat cache");
+                cwm(&dir, &["status"]);
+            })
+        },
+    );
     group.finish();
     std::fs::write(&cache, saved).expect("restore stat cache");
     let _ = std::fs::remove_dir_all(&dir);
