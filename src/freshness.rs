@@ -136,8 +136,8 @@ pub fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<String> {
         reasons.push(format!(
             "code: the code of stage kind `{}` changed ({} → {})",
             ing.kind,
-            short(&entry.code),
-            short(&ing.code)
+            code_digest(&entry.code),
+            code_digest(&ing.code)
         ));
     }
     for (name, new) in &ing.params {
@@ -187,6 +187,11 @@ pub fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<String> {
         ));
     }
     reasons
+}
+
+/// A short digest of a code fingerprint (which may be a composite string).
+fn code_digest(code: &str) -> String {
+    blake3::hash(code.as_bytes()).to_hex()[..12].to_owned()
 }
 
 /// The first 12 hex digits of a hash, for messages.

@@ -14,6 +14,10 @@
 //! // -> pub const SOURCE_FINGERPRINT: &str = "<64 hex digits>";
 //! ```
 //!
+//! It also writes `FILE_FINGERPRINTS`, one digest per file, so that several
+//! stage kinds living in one crate can each fingerprint only the files that
+//! compute their outputs (editing `tokenize.rs` need not invalidate `parse`).
+//!
 //! Design:
 //! - The hash covers file *contents* and paths relative to the crate root, never
 //!   mtimes or absolute paths, so two checkouts of the same commit agree.

@@ -162,10 +162,64 @@ pub trait StageKind: Send + Sync {
     fn run(&self, ctx: &StageContext) -> Result<(), StageError>;
 }
 
+/// The fingerprint of a subset of a crate's files, from the crate's
+/// `FILE_FINGERPRINTS` table (written by `cwm_fingerprint::emit`). Each entry
+/// of `files` is a path relative to the crate root (`src/parse.rs`) or a
+/// directory prefix ending in `/` (`src/replay/`). A name that matches no file
+/// still joins the digest, so a typo changes the fingerprint rather than
+/// silently dropping a file.
+pub fn fingerprint_of_files(table: &[(&str, &str)], files: &[&str]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for wanted in files {
+        let mut matched = false;
+        for (name, digest) in table {
+            let hit = if wanted.ends_with('/') {
+                name.starts_with(wanted)
+            } else {
+                name == wanted
+            };
+            if hit {
+                parts.push(format!("{name}={digest}"));
+                matched = true;
+            }
+        }
+        if !matched {
+            parts.push(format!("{wanted}=missing"));
+        }
+    }
+    parts.join(";")
+}
+
 /// Combines several fingerprints (a stage crate's own and those of the
 /// project crates it uses) into one, order-sensitively.
 pub fn combine_fingerprints(parts: &[&str]) -> String {
     // A tiny, dependency-free combination: the parts are already blake3 hex
     // digests; joining them keeps the result unambiguous and stable.
     parts.join("+")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_subsets_fingerprint_only_their_files() {
+        let table = [
+            ("Cargo.toml", "c"),
+            ("src/lib.rs", "l"),
+            ("src/parse.rs", "p"),
+            ("src/tokenize.rs", "t"),
+            ("src/io/mod.rs", "m"),
+        ];
+        let parse = fingerprint_of_files(&table, &["Cargo.toml", "src/parse.rs", "src/io/"]);
+        assert_eq!(parse, "Cargo.toml=c;src/parse.rs=p;src/io/mod.rs=m");
+        let mut edited = table;
+        edited[3].1 = "t2";
+        assert_eq!(
+            fingerprint_of_files(&edited, &["Cargo.toml", "src/parse.rs", "src/io/"]),
+            parse,
+            "editing another file leaves the subset's fingerprint alone"
+        );
+        assert!(fingerprint_of_files(&table, &["src/typo.rs"]).contains("missing"));
+    }
 }
