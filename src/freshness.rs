@@ -203,3 +203,34 @@ fn short_list(hashes: &[String]) -> String {
     let parts: Vec<&str> = hashes.iter().map(|h| short(h)).collect();
     parts.join(",")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lockfile::LockEntry;
+
+    fn ingredients(code: &str, lr: &str, input: &str) -> KeyIngredients {
+        KeyIngredients {
+            kind: "train".into(),
+            code: code.into(),
+            params: BTreeMap::from([("lr".to_owned(), lr.to_owned())]),
+            inputs: BTreeMap::from([("data".to_owned(), vec![input.to_owned()])]),
+            deps: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn reasons_name_what_changed_with_old_and_new_values() {
+        let old = ingredients("code-a", "0.0001", "h1");
+        let entry = LockEntry::new("train", &old.key(), &old, &BTreeMap::new());
+        assert_eq!(explain(None, &old), ["never-run: no result recorded in cwm.lock"]);
+        let new = ingredients("code-b", "0.0003", "h2");
+        let reasons = explain(Some(&entry), &new);
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert!(reasons[0].starts_with("code: the code of stage kind `train` changed ("));
+        assert_eq!(reasons[1], "params: lr changed 0.0001 → 0.0003");
+        assert_eq!(reasons[2], "input: `data` changed (h1 → h2)");
+        let same = explain(Some(&entry), &old);
+        assert!(same[0].starts_with("output-missing: no result for key"), "{same:?}");
+    }
+}
