@@ -371,44 +371,44 @@ fn mamba2_mixer_matches_spec_b4() {
     }
 }
 
-/// The Mamba-3 SISO mixer against an f64 loop over spec B.4's SISO forward: the in_proj split,
-/// Δ, the data-dependent decay, trapezoid mixing, cumulative rotary angles on adjacent pairs of
-/// the first 64 dims, B/C norms and biases, the two-term state update, the D skip and the
-/// SiLU(z) gate. d = 64, so d_inner = 128 and 2 heads.
-#[test]
-fn mamba3_siso_mixer_matches_spec_b4() {
-    let device = Device::flex();
-    let (d, seq) = (64, 4);
-    let out_proj = cwm_models::torch_linear(128, d, false, &device);
-    let mut mixer = Mamba3Mixer::init(d, out_proj, &config(Family::Mamba3, Scan::Chunked), &device);
-    // Non-trivial biases, so per-head q and k differ.
-    mixer.b_bias = mixer
-        .b_bias
-        .map(|t| t.random_like(Distribution::Normal(1.0, 0.5)));
-    mixer.c_bias = mixer
-        .c_bias
-        .map(|t| t.random_like(Distribution::Normal(1.0, 0.5)));
-    let x = Tensor::<3>::random([1, seq, d], Distribution::Normal(0.0, 1.0), &device);
-    let (di, n, h, p, s) = (128, 128, 2, 64, 32);
-    let width = 2 * di + 2 * n + 3 * h + s;
-    let u = host(mixer.in_proj.forward(x.clone()));
+/// The Mamba-3 mixer's output computed by an f64 loop over spec B.4's forward: the in_proj
+/// split, Δ, the data-dependent decay, trapezoid mixing, cumulative rotary angles on the first
+/// 64 dims (adjacent pairs for SISO, `(i, i+32)` for MIMO), B/C norms and per-head biases, the
+/// two-term state update summed over ranks, the D skip and the SiLU(z) gate; for MIMO the
+/// value, gate and output projections `mimo_x`, `mimo_z`, `mimo_o`. d = 64, so d_inner = 128
+/// and 2 heads. Returns `[1, seq, d]`.
+fn mamba3_by_hand(mixer: &Mamba3Mixer, x: Tensor<3>, device: &Device) -> Tensor<3> {
+    let [_, seq, _] = x.dims();
+    let (di, n, h, p, s, r) = (128, 128, 2, 64, 32, mixer.rank);
+    let mimo = mixer.mimo_x.is_some();
+    let width = 2 * di + 2 * n * r + 3 * h + s;
+    let u = host(mixer.in_proj.forward(x));
     let dt_bias = host(mixer.dt_bias.val());
-    let (b_bias, c_bias) = (host(mixer.b_bias.val()), host(mixer.c_bias.val()));
+    let (b_bias, c_bias) = (host(mixer.b_bias.val()), host(mixer.c_bias.val())); // [h, r, n]
     let d_skip = host(mixer.d.val());
+    let ones = vec![1.0; h * r * p];
+    let param = |t: &Option<burn::module::Param<Tensor<3>>>| {
+        t.as_ref().map_or(ones.clone(), |t| host(t.val()))
+    }; // [h, r, p]
+    let (mimo_x, mimo_z, mimo_o) = (
+        param(&mixer.mimo_x),
+        param(&mixer.mimo_z),
+        param(&mixer.mimo_o),
+    );
     let at = |t: usize, i: usize| u[t * width + i];
     let mut state = vec![vec![vec![0.0f64; n]; p]; h];
     let mut theta = vec![vec![0.0f64; s]; h];
-    let mut prev: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![None; h]; // (v, k) per head
+    // Per head: the previous step's values and keys, per rank.
+    let mut prev: Vec<Option<(Vec<Vec<f64>>, Vec<Vec<f64>>)>> = vec![None; h];
     let mut y_all = Vec::new();
     for t in 0..seq {
-        let b_normed = rms_norm(&(0..n).map(|j| at(t, 2 * di + j)).collect::<Vec<_>>(), 1e-5);
-        let c_normed = rms_norm(
-            &(0..n).map(|j| at(t, 2 * di + n + j)).collect::<Vec<_>>(),
-            1e-5,
-        );
+        let normed = |offset: usize, rank: usize| {
+            let raw: Vec<f64> = (0..n).map(|j| at(t, offset + rank * n + j)).collect();
+            rms_norm(&raw, 1e-5)
+        };
         let mut y = vec![0.0; di];
         for head in 0..h {
-            let base = 2 * di + 2 * n;
+            let base = 2 * di + 2 * n * r;
             let dt = softplus(at(t, base + head) + dt_bias[head]);
             let a = (-softplus(at(t, base + h + head))).min(-1e-4);
             let alpha = (a * dt).exp();
@@ -420,37 +420,89 @@ fn mamba3_siso_mixer_matches_spec_b4() {
                 let mut out = vec.clone();
                 for i in 0..s {
                     let (sin, cos) = theta[head][i].sin_cos();
-                    out[2 * i] = vec[2 * i] * cos - vec[2 * i + 1] * sin;
-                    out[2 * i + 1] = vec[2 * i] * sin + vec[2 * i + 1] * cos;
+                    let (ia, ib) = if mimo { (i, i + s) } else { (2 * i, 2 * i + 1) };
+                    out[ia] = vec[ia] * cos - vec[ib] * sin;
+                    out[ib] = vec[ia] * sin + vec[ib] * cos;
                 }
                 out
             };
-            let k = rot((0..n).map(|j| b_normed[j] + b_bias[head * n + j]).collect());
-            let q = rot((0..n).map(|j| c_normed[j] + c_bias[head * n + j]).collect());
-            let v: Vec<f64> = (0..p).map(|i| at(t, di + head * p + i)).collect();
+            let bias = |b: &[f64], rank: usize, j: usize| b[(head * r + rank) * n + j];
+            let ks: Vec<Vec<f64>> = (0..r)
+                .map(|rank| {
+                    let normed = normed(2 * di, rank);
+                    rot((0..n).map(|j| normed[j] + bias(&b_bias, rank, j)).collect())
+                })
+                .collect();
+            let qs: Vec<Vec<f64>> = (0..r)
+                .map(|rank| {
+                    let normed = normed(2 * di + n * r, rank);
+                    rot((0..n).map(|j| normed[j] + bias(&c_bias, rank, j)).collect())
+                })
+                .collect();
+            let hrp = |rank: usize, i: usize| (head * r + rank) * p + i;
+            let vs: Vec<Vec<f64>> = (0..r)
+                .map(|rank| {
+                    (0..p)
+                        .map(|i| at(t, di + head * p + i) * mimo_x[hrp(rank, i)])
+                        .collect()
+                })
+                .collect();
             for i in 0..p {
                 for j in 0..n {
-                    let mut next = alpha * state[head][i][j] + lambda * dt * v[i] * k[j];
-                    if let Some((pv, pk)) = &prev[head] {
-                        next += (1.0 - lambda) * dt * alpha * pv[i] * pk[j];
+                    let mut next = alpha * state[head][i][j];
+                    for rank in 0..r {
+                        next += lambda * dt * vs[rank][i] * ks[rank][j];
+                        if let Some((pv, pk)) = &prev[head] {
+                            next += (1.0 - lambda) * dt * alpha * pv[rank][i] * pk[rank][j];
+                        }
                     }
                     state[head][i][j] = next;
                 }
-                let read: f64 = (0..n).map(|j| state[head][i][j] * q[j]).sum();
                 let z = at(t, head * p + i);
-                y[head * p + i] = (read + d_skip[head] * v[i]) * silu(z);
+                for rank in 0..r {
+                    let read: f64 = (0..n).map(|j| state[head][i][j] * qs[rank][j]).sum();
+                    let y_r = (read + d_skip[head] * vs[rank][i]) * silu(z * mimo_z[hrp(rank, i)]);
+                    y[head * p + i] += mimo_o[hrp(rank, i)] * y_r;
+                }
             }
-            prev[head] = Some((v, k));
+            prev[head] = Some((vs, ks));
         }
         y_all.extend(y);
     }
-    let want = mixer.out_proj.forward(tensor(y_all, [1, seq, di], &device));
-    for scan in [Scan::Sequential, Scan::Chunked] {
-        let mut mixer = mixer.clone();
-        mixer.scan = scan;
-        mixer.chunk_size = 3;
-        let got = mixer.forward(x.clone());
-        assert!(max_abs_diff(got, want.clone()) < 1e-4, "{scan:?}");
+    mixer.out_proj.forward(tensor(y_all, [1, seq, di], device))
+}
+
+/// The Mamba-3 mixer, SISO and MIMO rank 3 (with perturbed biases and MIMO projections, so
+/// heads and ranks differ), against [`mamba3_by_hand`], with both scans.
+#[test]
+fn mamba3_mixer_matches_spec_b4() {
+    let device = Device::flex();
+    let (d, seq) = (64, 4);
+    for mimo in [false, true] {
+        let mut config = config(Family::Mamba3, Scan::Chunked);
+        config.mamba3_mimo = mimo;
+        config.mamba3_mimo_rank = 3;
+        let out_proj = cwm_models::torch_linear(128, d, false, &device);
+        let mut mixer = Mamba3Mixer::init(d, out_proj, &config, &device);
+        let perturb = |t: Tensor<3>| t.clone() + t.random_like(Distribution::Normal(0.0, 0.5));
+        mixer.b_bias = mixer.b_bias.map(perturb);
+        mixer.c_bias = mixer.c_bias.map(perturb);
+        mixer.mimo_x = mixer.mimo_x.map(|m| m.map(perturb));
+        mixer.mimo_z = mixer.mimo_z.map(|m| m.map(perturb));
+        mixer.mimo_o = mixer.mimo_o.map(|m| m.map(perturb));
+        assert_eq!(mixer.rank, if mimo { 3 } else { 1 });
+        let x = Tensor::<3>::random([1, seq, d], Distribution::Normal(0.0, 1.0), &device);
+        let want = mamba3_by_hand(&mixer, x.clone(), &device);
+        for scan in [Scan::Sequential, Scan::Chunked] {
+            let mut mixer = mixer.clone();
+            mixer.scan = scan;
+            mixer.chunk_size = 3;
+            let got = mixer.forward(x.clone());
+            assert!(
+                max_abs_diff(got, want.clone()) < 1e-4,
+                "mimo={mimo} {scan:?}"
+            );
+        }
     }
 }
 
