@@ -371,6 +371,9 @@ fn mamba2_mixer_matches_spec_b4() {
     }
 }
 
+/// One vector per rank.
+type RankVectors = Vec<Vec<f64>>;
+
 /// The Mamba-3 mixer's output computed by an f64 loop over spec B.4's forward: the in_proj
 /// split, Δ, the data-dependent decay, trapezoid mixing, cumulative rotary angles on the first
 /// 64 dims (adjacent pairs for SISO, `(i, i+32)` for MIMO), B/C norms and per-head biases, the
@@ -399,7 +402,7 @@ fn mamba3_by_hand(mixer: &Mamba3Mixer, x: Tensor<3>, device: &Device) -> Tensor<
     let mut state = vec![vec![vec![0.0f64; n]; p]; h];
     let mut theta = vec![vec![0.0f64; s]; h];
     // Per head: the previous step's values and keys, per rank.
-    let mut prev: Vec<Option<(Vec<Vec<f64>>, Vec<Vec<f64>>)>> = vec![None; h];
+    let mut prev: Vec<Option<(RankVectors, RankVectors)>> = vec![None; h];
     let mut y_all = Vec::new();
     for t in 0..seq {
         let normed = |offset: usize, rank: usize| {
@@ -418,8 +421,8 @@ fn mamba3_by_hand(mixer: &Mamba3Mixer, x: Tensor<3>, device: &Device) -> Tensor<
             }
             let rot = |vec: Vec<f64>| -> Vec<f64> {
                 let mut out = vec.clone();
-                for i in 0..s {
-                    let (sin, cos) = theta[head][i].sin_cos();
+                for (i, angle) in theta[head].iter().enumerate() {
+                    let (sin, cos) = angle.sin_cos();
                     let (ia, ib) = if mimo { (i, i + s) } else { (2 * i, 2 * i + 1) };
                     out[ia] = vec[ia] * cos - vec[ib] * sin;
                     out[ib] = vec[ia] * sin + vec[ib] * cos;
