@@ -22,7 +22,7 @@ pub struct StateLoss {
 /// # Shapes
 /// - `logits`: `[batch, seq, 1878]`
 /// - `targets`: `[batch, seq, 75]`, class indices (each within its label's class count)
-/// - output: `[batch, seq]`, Σ over the 75 labels of −log softmax(label logits)[target]
+/// - output: `[batch, seq]`, Σ over the 75 labels of `−log softmax(label logits)[target]`
 ///
 /// # Errors
 /// [`ModelError::Shape`] when the shapes do not fit together.
