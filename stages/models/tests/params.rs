@@ -1,7 +1,6 @@
 //! Parameter counts of instantiated models against spec C.2/C.3, all 28 family × size cells.
-//! Families this build does not implement yet are reported as skipped, never faked.
 
-use cwm_models::{Family, IMPLEMENTED, ModelConfig, ModelError, Size, params, params_of};
+use cwm_models::{Family, IMPLEMENTED, ModelConfig, Size, params, params_of};
 
 /// Spec C.2 totals, sizes d128, d256, d384, d512.
 const EXPECTED: [(Family, [usize; 4]); 7] = [
@@ -38,39 +37,18 @@ const MAMBA3_MIMO: [usize; 4] = [3_303_390, 8_668_790, 20_972_854, 43_333_654];
 #[test]
 fn parameter_counts_match_spec_c3() {
     let mut checked = 0;
-    let mut skipped = Vec::new();
     for (family, counts) in EXPECTED {
-        if !IMPLEMENTED.contains(&family) {
-            assert!(
-                matches!(params(family, Size::D128), Err(ModelError::NotImplemented(f)) if f == family)
-            );
-            skipped.push(family.name());
-            continue;
-        }
+        assert!(IMPLEMENTED.contains(&family), "{family} is implemented");
         for (size, expected) in Size::ALL.into_iter().zip(counts) {
             assert_eq!(params(family, size).unwrap(), expected, "{family} {size}");
             checked += 1;
         }
     }
-    if !skipped.is_empty() {
-        eprintln!(
-            "parameter counts: skipped (not implemented yet): {}",
-            skipped.join(", ")
-        );
-    }
-    assert_eq!(checked + 4 * skipped.len(), 28);
-    assert!(
-        checked >= 12,
-        "transformer, slice and slice_diag are implemented"
-    );
+    assert_eq!(checked, 28);
 }
 
 #[test]
 fn mamba3_mimo_parameter_counts() {
-    if !IMPLEMENTED.contains(&Family::Mamba3) {
-        eprintln!("mamba3 MIMO parameter counts: skipped (mamba3 not implemented yet)");
-        return;
-    }
     for (size, expected) in Size::ALL.into_iter().zip(MAMBA3_MIMO) {
         let mut config = ModelConfig::new(Family::Mamba3, size);
         config.mamba3_mimo = true;
