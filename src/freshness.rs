@@ -223,7 +223,10 @@ mod tests {
     fn reasons_name_what_changed_with_old_and_new_values() {
         let old = ingredients("code-a", "0.0001", "h1");
         let entry = LockEntry::new("train", &old.key(), &old, &BTreeMap::new());
-        assert_eq!(explain(None, &old), ["never-run: no result recorded in cwm.lock"]);
+        assert_eq!(
+            explain(None, &old),
+            ["never-run: no result recorded in cwm.lock"]
+        );
         let new = ingredients("code-b", "0.0003", "h2");
         let reasons = explain(Some(&entry), &new);
         assert_eq!(reasons.len(), 3, "{reasons:?}");
@@ -231,6 +234,9 @@ mod tests {
         assert_eq!(reasons[1], "params: lr changed 0.0001 → 0.0003");
         assert_eq!(reasons[2], "input: `data` changed (h1 → h2)");
         let same = explain(Some(&entry), &old);
-        assert!(same[0].starts_with("output-missing: no result for key"), "{same:?}");
+        assert!(
+            same[0].starts_with("output-missing: no result for key"),
+            "{same:?}"
+        );
     }
 }
