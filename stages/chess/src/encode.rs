@@ -235,8 +235,17 @@ pub fn encode_state(position: &Chess, ep: EpConvention) -> StateLabels {
 /// array), overwriting all 75 labels.
 pub fn encode_state_into(position: &Chess, ep: EpConvention, labels: &mut StateLabels) {
     labels[..64].fill(0);
-    for (square, piece) in position.board() {
-        labels[label_index(square)] = piece_label(piece.color, piece.role);
+    // One pass per (colour, role) bitboard: cheaper than asking the board for the piece on
+    // each occupied square.
+    let board = position.board();
+    for color in Color::ALL {
+        let ours = board.by_color(color);
+        for role in Role::ALL {
+            let label = piece_label(color, role);
+            for square in board.by_role(role) & ours {
+                labels[label_index(square)] = label;
+            }
+        }
     }
 
     labels[SIDE_TO_MOVE] = match position.turn() {

@@ -17,6 +17,10 @@ pub struct ReplayConfig {
     pub min_fullmoves: usize,
     /// Which en-passant square the state labels record.
     pub ep_convention: EpConvention,
+    /// Whether to compute the state labels (default `true`). When `false`, the replay still
+    /// checks every move and packs the move ids, but [`ReplayedGame::states`] stays empty: for
+    /// callers that store moves only (the labels are a large share of the replay's cost).
+    pub states: bool,
 }
 
 impl Default for ReplayConfig {
@@ -24,6 +28,7 @@ impl Default for ReplayConfig {
         ReplayConfig {
             min_fullmoves: 10,
             ep_convention: EpConvention::Reference,
+            states: true,
         }
     }
 }
@@ -37,7 +42,8 @@ impl ReplayConfig {
 
 /// Moves and states of a replayed game in the reference layout: `moves[0]` is [`START`] and
 /// `moves[t]` the packed id of ply `t`; `states[t]` is the position after `t` plies, so
-/// `states[0]` is the start. Both have `plies + 1` entries.
+/// `states[0]` is the start. Both have `plies + 1` entries, except after a moves-only replay
+/// ([`replay_moves_into`], [`ReplayConfig::states`] `false`), which leaves `states` empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayedGame {
     /// Packed move ids, [`START`] first.
@@ -71,16 +77,43 @@ pub fn replay_sans_into(
     ep_convention: EpConvention,
     out: &mut ReplayedGame,
 ) -> Result<Chess, RejectReason> {
+    replay_into(start, sans, Some(ep_convention), out)
+}
+
+/// Like [`replay_sans_into`], but only checks the moves and packs their ids: `out.states` is
+/// left empty. Same errors, same moves.
+///
+/// # Errors
+///
+/// [`RejectReason::IllegalMove`] or [`RejectReason::AmbiguousMove`] with the 1-based ply.
+pub fn replay_moves_into(
+    start: Chess,
+    sans: &[San],
+    out: &mut ReplayedGame,
+) -> Result<Chess, RejectReason> {
+    replay_into(start, sans, None, out)
+}
+
+/// The replay behind [`replay_sans_into`] (`states` = the convention) and
+/// [`replay_moves_into`] (`states` = `None`: moves only).
+fn replay_into(
+    start: Chess,
+    sans: &[San],
+    states: Option<EpConvention>,
+    out: &mut ReplayedGame,
+) -> Result<Chess, RejectReason> {
     out.moves.clear();
     out.states.clear();
     out.moves.reserve(sans.len() + 1);
-    out.states.reserve(sans.len() + 1);
 
     let mut position = start;
-    let mut labels = [0u8; crate::encode::STATE_LEN];
     out.moves.push(START);
-    encode_state_into(&position, ep_convention, &mut labels);
-    out.states.push(labels);
+    if let Some(ep_convention) = states {
+        out.states.reserve(sans.len() + 1);
+        let mut labels = [0u8; crate::encode::STATE_LEN];
+        encode_state_into(&position, ep_convention, &mut labels);
+        out.states.push(labels);
+    }
 
     for (ply_index, san) in sans.iter().enumerate() {
         let m = match resolve_san(*san, &position) {
@@ -98,8 +131,11 @@ pub fn replay_sans_into(
         // king, so `pack_move` cannot panic.
         out.moves.push(pack_move(&m));
         position.play_unchecked(m);
-        encode_state_into(&position, ep_convention, &mut labels);
-        out.states.push(labels);
+        if let Some(ep_convention) = states {
+            let mut labels = [0u8; crate::encode::STATE_LEN];
+            encode_state_into(&position, ep_convention, &mut labels);
+            out.states.push(labels);
+        }
     }
     Ok(position)
 }
@@ -222,15 +258,18 @@ pub struct KeptGame {
     pub replay: ReplayedGame,
 }
 
-/// Screens a game ([`RawGame::screen`]) and replays it from the standard start.
+/// Screens a game ([`RawGame::screen`]) and replays it from the standard start, with its
+/// state labels unless `config.states` is `false` (then `replay.states` is empty).
 ///
 /// # Errors
 ///
 /// A [`Rejection`] with the first reason that applies.
 pub fn replay_game(raw: RawGame, config: &ReplayConfig) -> Result<KeptGame, Rejection> {
-    let checked = raw
-        .screen(config.min_plies())
-        .and_then(|()| replay_sans(Chess::default(), &raw.sans, config.ep_convention));
+    let states = config.states.then_some(config.ep_convention);
+    let checked = raw.screen(config.min_plies()).and_then(|()| {
+        let mut replay = ReplayedGame::default();
+        replay_into(Chess::default(), &raw.sans, states, &mut replay).map(|_| replay)
+    });
     match checked {
         Ok(replay) => Ok(KeptGame {
             index: raw.index,
@@ -282,6 +321,46 @@ mod tests {
             (0, 0)
         );
         assert_eq!(replay.flat_states().len(), 8 * 75);
+    }
+
+    #[test]
+    fn moves_only_replay_gives_the_same_moves_and_errors() {
+        for text in [
+            "e4 d5 exd5 c5 dxc6 Nf6 cxb7 e5 bxa8=N Bc5 Nf3 O-O Ke2",
+            "d4 b4",
+            "e4 e5 Ke3",
+        ] {
+            let full = replay_sans(Chess::default(), &sans(text), EpConvention::Reference);
+            let mut moves_only = ReplayedGame::default();
+            let result = replay_moves_into(Chess::default(), &sans(text), &mut moves_only);
+            assert!(moves_only.states.is_empty());
+            match full {
+                Ok(full) => {
+                    result.unwrap();
+                    assert_eq!(moves_only.moves, full.moves);
+                }
+                Err(reason) => assert_eq!(result.unwrap_err(), reason),
+            }
+        }
+        let pgn = "[Site \"https://lichess.org/x\"]\n\n1. e4 e5 2. Nf3 Nc6 *\n";
+        let lenient = ReplayConfig {
+            min_fullmoves: 1,
+            ..ReplayConfig::default()
+        };
+        let raw = PgnGames::new(pgn.as_bytes()).next().unwrap().unwrap();
+        let full = replay_game(raw.clone(), &lenient).unwrap();
+        let moves_only = replay_game(
+            raw,
+            &ReplayConfig {
+                states: false,
+                ..lenient
+            },
+        )
+        .unwrap();
+        assert_eq!(full.replay.states.len(), 5);
+        assert!(moves_only.replay.states.is_empty());
+        assert_eq!(moves_only.replay.moves, full.replay.moves);
+        assert_eq!(moves_only.headers, full.headers);
     }
 
     #[test]

@@ -38,7 +38,7 @@ mod syntax;
 
 pub use legality::{
     FenStartError, KeptGame, ReplayConfig, ReplayedGame, position_from_fen, replay_game,
-    replay_sans, replay_sans_into,
+    replay_moves_into, replay_sans, replay_sans_into,
 };
 pub use syntax::{GameHeaders, PgnGames, RawGame, STANDARD_START_FEN, SyntaxProblem};
 
