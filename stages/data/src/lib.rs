@@ -123,6 +123,8 @@ pub fn process_pgn(options: &ProcessOptions) -> Result<ParseReport, DataError> {
         max_games: options.max_games,
         threads: options.threads,
         id_key: options.id_key.clone(),
+        // Only the JSONL shards hold states; the games table stores moves only.
+        states: matches!(options.format, OutputFormat::Jsonl { .. }),
     };
     let report_path = out.join("rejects.json");
     let report = match options.format {

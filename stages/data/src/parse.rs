@@ -102,6 +102,10 @@ pub struct ParseOptions {
     pub threads: usize,
     /// The id key.
     pub id_key: IdKeySource,
+    /// Whether the kept games handed to the sink carry their state labels (default `false`:
+    /// the games table stores moves only, and `tokenize` recomputes the labels, so the parse
+    /// replay skips them; the JSONL output needs them).
+    pub states: bool,
 }
 
 impl Default for ParseOptions {
@@ -111,6 +115,7 @@ impl Default for ParseOptions {
             max_games: 0,
             threads: 1,
             id_key: IdKeySource::None,
+            states: false,
         }
     }
 }
@@ -284,7 +289,7 @@ pub fn record_of(id: String, game: &KeptGame) -> GameRecord {
 }
 
 /// Parses the PGN file at `path`, handing every kept game (with its id) to `sink` in file
-/// order. `progress` gets the file size as total and the bytes read as they go; `cancelled` is
+/// order; the games carry state labels only if `options.states`. `progress` gets the file size as total and the bytes read as they go; `cancelled` is
 /// polled between chunks.
 ///
 /// # Errors
@@ -306,6 +311,7 @@ pub fn parse_pgn_file(
     let pool = pool(options.threads)?;
     let config = ReplayConfig {
         min_fullmoves: options.min_fullmoves,
+        states: options.states,
         ..ReplayConfig::default()
     };
     let ids = options.id_key.ids();
@@ -500,6 +506,7 @@ impl StageKind for ParseStage {
             max_games: params.uint("max_games")?,
             threads: ctx.threads(),
             id_key: IdKeySource::resolve(explicit),
+            states: false,
         };
         let games = ctx.output("games")?.join(GAMES_FILE);
         let rejects = ctx.output("rejects")?.join("rejects.json");
