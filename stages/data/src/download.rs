@@ -27,7 +27,7 @@ use cwm_stage::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{DataError, SOURCE_FINGERPRINT};
+use crate::DataError;
 
 /// Settings of a download.
 #[derive(Debug, Clone, Default)]
@@ -414,7 +414,15 @@ impl StageKind for DownloadStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[SOURCE_FINGERPRINT])
+        cwm_stage::combine_fingerprints(&[&cwm_stage::fingerprint_of_files(
+            crate::FILE_FINGERPRINTS,
+            &[
+                "Cargo.toml",
+                "src/lib.rs",
+                "src/error.rs",
+                "src/download.rs",
+            ],
+        )])
     }
 
     fn params(&self) -> &'static [ParamSpec] {

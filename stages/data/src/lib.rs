@@ -156,3 +156,27 @@ pub fn process_pgn(options: &ProcessOptions) -> Result<ParseReport, DataError> {
     };
     Ok(report)
 }
+
+#[cfg(test)]
+mod fingerprint_tests {
+    use super::*;
+
+    /// Editing one stage's module must not invalidate the cached results of
+    /// the others (a full Lichess month is not reparsed because tokenize changed).
+    #[test]
+    fn each_kind_fingerprints_only_the_files_it_runs() {
+        let parse = ParseStage.fingerprint();
+        assert!(parse.contains("src/parse.rs="), "{parse}");
+        assert!(!parse.contains("src/tokenize.rs="), "{parse}");
+        assert!(!parse.contains("src/split.rs="), "{parse}");
+        assert!(parse.contains(cwm_chess::SOURCE_FINGERPRINT));
+        let download = DownloadStage.fingerprint();
+        assert!(!download.contains("src/parse.rs="), "{download}");
+        assert!(!download.contains(cwm_chess::SOURCE_FINGERPRINT));
+        assert!(TokenizeStage.fingerprint().contains("src/parse.rs="));
+        assert!(!SplitStage.fingerprint().contains("src/tokenize.rs="));
+        for kind in stage_kinds() {
+            assert!(!kind.fingerprint().contains("=missing"), "{}", kind.name());
+        }
+    }
+}

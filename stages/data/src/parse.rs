@@ -39,8 +39,8 @@ use cwm_stage::{
 };
 use rayon::prelude::*;
 
+use crate::DataError;
 use crate::games::{GAMES_FILE, GameRecord, GamesWriter};
-use crate::{DataError, SOURCE_FINGERPRINT};
 
 /// The environment variable holding the id key when the `id_key` param is absent.
 pub const ID_KEY_ENV: &str = "CHESS_WORLD_MODEL_ID_KEY";
@@ -473,7 +473,19 @@ impl StageKind for ParseStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[SOURCE_FINGERPRINT, cwm_chess::SOURCE_FINGERPRINT])
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/parse.rs",
+                    "src/games.rs",
+                ],
+            ),
+            cwm_chess::SOURCE_FINGERPRINT,
+        ])
     }
 
     fn params(&self) -> &'static [ParamSpec] {

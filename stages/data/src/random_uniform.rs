@@ -23,7 +23,7 @@ use cwm_stage::{
 use crate::games::{GAMES_FILE, GameRecord, GamesWriter};
 use crate::jsonl::JsonlShards;
 use crate::parse::pool;
-use crate::{DataError, OutputFormat, SOURCE_FINGERPRINT};
+use crate::{DataError, OutputFormat};
 
 /// Settings of a random-uniform run.
 #[derive(Debug, Clone, Copy)]
@@ -183,7 +183,19 @@ impl StageKind for RandomUniformStage {
 
     fn fingerprint(&self) -> String {
         cwm_stage::combine_fingerprints(&[
-            SOURCE_FINGERPRINT,
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/random_uniform.rs",
+                    "src/games.rs",
+                    "src/jsonl.rs",
+                    "src/parse.rs",
+                    "src/tokenize.rs",
+                ],
+            ),
             cwm_chess::SOURCE_FINGERPRINT,
             cwm_random_uniform::SOURCE_FINGERPRINT,
         ])

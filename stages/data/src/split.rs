@@ -16,8 +16,8 @@ use cwm_stage::{
 };
 use md5::{Digest, Md5};
 
+use crate::DataError;
 use crate::games::{GAMES_FILE, GamesReader, GamesWriter, ROW_GROUP_GAMES};
-use crate::{DataError, SOURCE_FINGERPRINT};
 
 /// The bucket of an example id for `split_mod` buckets: the first 8 bytes of MD5 of its UTF-8,
 /// little-endian, modulo `split_mod` (at least 1).
@@ -113,7 +113,19 @@ impl StageKind for SplitStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[SOURCE_FINGERPRINT, cwm_chess::SOURCE_FINGERPRINT])
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/split.rs",
+                    "src/games.rs",
+                ],
+            ),
+            cwm_chess::SOURCE_FINGERPRINT,
+        ])
     }
 
     fn params(&self) -> &'static [ParamSpec] {

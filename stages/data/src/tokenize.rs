@@ -36,9 +36,9 @@ use rayon::prelude::*;
 use shakmaty::uci::UciMove;
 use shakmaty::{Chess, Position};
 
+use crate::DataError;
 use crate::games::{GameRecord, GamesReader, u16_item_field, writer_properties};
 use crate::parse::{pool, threads_param};
-use crate::{DataError, SOURCE_FINGERPRINT};
 
 /// Games replayed per parallel batch.
 pub const BATCH_GAMES: usize = 1024;
@@ -392,7 +392,20 @@ impl StageKind for TokenizeStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[SOURCE_FINGERPRINT, cwm_chess::SOURCE_FINGERPRINT])
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/tokenize.rs",
+                    "src/games.rs",
+                    "src/parse.rs",
+                ],
+            ),
+            cwm_chess::SOURCE_FINGERPRINT,
+        ])
     }
 
     fn params(&self) -> &'static [ParamSpec] {

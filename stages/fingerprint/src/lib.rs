@@ -43,8 +43,17 @@ pub fn emit() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let files = source_files(&manifest_dir).expect("crate sources are readable");
     let digest = hash_files(&manifest_dir, &files).expect("crate sources are readable");
+    let mut per_file = String::new();
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
+        let one = hash_files(&manifest_dir, std::slice::from_ref(file))
+            .expect("crate sources are readable");
+        let name = file
+            .strip_prefix(&manifest_dir)
+            .unwrap_or(file)
+            .to_string_lossy()
+            .replace('\\', "/");
+        per_file.push_str(&format!("    ({name:?}, {one:?}),\n"));
     }
     println!(
         "cargo:rerun-if-changed={}",
@@ -52,7 +61,12 @@ pub fn emit() {
     );
     let code = format!(
         "/// blake3 of this crate's sources (Cargo.toml, build.rs, src/), computed at build time.\n\
-         pub const SOURCE_FINGERPRINT: &str = \"{digest}\";\n"
+         pub const SOURCE_FINGERPRINT: &str = \"{digest}\";\n\
+         /// blake3 of each source file of this crate (path relative to the crate root, digest),\n\
+         /// for stage kinds that share a crate but not their code (see\n\
+         /// `cwm_stage::fingerprint_of_files`).\n\
+         #[allow(dead_code)]\n\
+         pub const FILE_FINGERPRINTS: &[(&str, &str)] = &[\n{per_file}];\n"
     );
     fs::write(out_dir.join("source_fingerprint.rs"), code).expect("OUT_DIR is writable");
 }
