@@ -16,7 +16,11 @@ fn two_concurrent_runs_compute_each_key_once_and_agree() {
     let ws = Workspace::new("concurrent");
     ws.pipeline(&counting_pipeline(&ws));
     let a = cwm_command(&ws.dir, &["run", "--json"]).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Start the second run once the first is inside the stage (holding its key).
+    let started = std::time::Instant::now();
+    while !ws.dir.join("count.txt").exists() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let b = cwm_command(&ws.dir, &["run", "--json"]).output().unwrap();
     let a = a.wait_with_output().unwrap();
     assert!(a.status.success() && b.status.success(), "{a:?}\n{b:?}");
