@@ -189,6 +189,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> io::Result
                 .map_err(io::Error::other)?
                 .to_string_lossy()
                 .replace('\\', "/");
+            if !super::is_safe_relative(&rel) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: unsupported file name in an output", path.display()),
+                ));
+            }
             out.push((rel, path));
         } else {
             return Err(io::Error::new(

@@ -229,14 +229,30 @@ impl Store {
         }
     }
 
-    /// The manifest of artifact `hash`.
+    /// The manifest of artifact `hash`. A manifest naming a file outside its
+    /// artifact (absolute path, `..`, empty component) is refused as
+    /// malformed, so no manifest can make cwm read or write outside the store.
     pub fn manifest(&self, hash: &str) -> Result<Manifest, StoreError> {
         let path = self.artifact_dir(hash).join("manifest.json");
+        if !is_hash(hash) {
+            return Err(StoreError::Malformed {
+                path,
+                message: format!("`{hash}` is not an artifact hash"),
+            });
+        }
         let bytes = fs::read(&path).map_err(io_err(&path))?;
-        serde_json::from_slice(&bytes).map_err(|e| StoreError::Malformed {
-            path,
-            message: e.to_string(),
-        })
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| StoreError::Malformed {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        if let Some(bad) = manifest.files.iter().find(|f| !is_safe_relative(&f.path)) {
+            return Err(StoreError::Malformed {
+                path,
+                message: format!("file path `{}` leaves the artifact", bad.path),
+            });
+        }
+        Ok(manifest)
     }
 
     /// Checks artifact `hash` against its manifest. Files whose stat matches
@@ -536,6 +552,17 @@ impl Store {
     }
 }
 
+/// Whether `path` is a relative `/`-separated path that stays inside its root:
+/// no leading `/`, no `..`, `.` or empty components, no backslashes or NULs.
+pub fn is_safe_relative(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\\')
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
 /// Whether `name` looks like a content hash (64 lowercase hex digits).
 pub fn is_hash(name: &str) -> bool {
     name.len() == 64
@@ -638,6 +665,25 @@ pub fn rfc3339(time: SystemTime) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn manifest_paths_must_stay_inside_the_artifact() {
+        for ok in ["a.txt", "sub/dir/f.parquet", "..x/y"] {
+            assert!(is_safe_relative(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a\\b",
+            "a\0b",
+        ] {
+            assert!(!is_safe_relative(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn rfc3339_matches_known_instants() {
