@@ -17,5 +17,6 @@ pub mod maintenance;
 pub mod pipeline;
 pub mod plan;
 pub mod registry;
+pub mod remote;
 pub mod status;
 pub mod store;

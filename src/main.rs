@@ -101,6 +101,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Upload the results cwm.lock records to a remote cache.
+    Push {
+        /// The pipeline file.
+        pipeline: Option<PathBuf>,
+        /// file:///path or s3://bucket/prefix (default: the pipeline's `remote:`).
+        #[arg(long)]
+        remote: Option<String>,
+        /// Only these stages or instances.
+        #[arg(long, num_args = 1.., value_name = "STAGE")]
+        only: Vec<String>,
+    },
+    /// Download the results cwm.lock records from a remote cache.
+    Pull {
+        /// The pipeline file.
+        pipeline: Option<PathBuf>,
+        /// file:///path or s3://bucket/prefix (default: the pipeline's `remote:`).
+        #[arg(long)]
+        remote: Option<String>,
+        /// Only these stages or instances and what they need.
+        #[arg(long, num_args = 1.., value_name = "STAGE")]
+        only: Vec<String>,
+    },
     /// Rehash artifacts; quarantine corrupt ones so they are recomputed or pulled.
     Verify {
         /// The pipeline file (its directory holds artifacts/ and cwm.lock).
@@ -308,6 +330,22 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Push {
+            pipeline,
+            remote,
+            only,
+        } => {
+            transfer(pipeline.as_deref(), remote, &only, &registry, true)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Pull {
+            pipeline,
+            remote,
+            only,
+        } => {
+            transfer(pipeline.as_deref(), remote, &only, &registry, false)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Verify {
             pipeline,
             all,
@@ -487,6 +525,65 @@ fn load_plan(given: Option<&Path>, registry: &Registry, set: &[Override]) -> Res
     };
     let pipeline = pipeline.map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
     Plan::new(pipeline).map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))
+}
+
+/// `cwm push` (`upload`) or `cwm pull`: the lock's entries for the selected
+/// instances (pull: and what they need) to or from the remote.
+fn transfer(
+    given: Option<&Path>,
+    remote: Option<String>,
+    only: &[String],
+    registry: &Registry,
+    upload: bool,
+) -> Result<()> {
+    let plan = load_plan(given, registry, &[])?;
+    let url = remote
+        .or_else(|| plan.pipeline.remote.clone())
+        .context("no remote: pass --remote URL or set `remote:` in the pipeline file")?;
+    let store = open_store(&plan)?;
+    let _shared = store.lock_shared()?;
+    let lock = LockFile::read(&LockFile::path_for(&plan.pipeline.base_dir))?;
+    let selected = plan.resolve(only).map_err(anyhow::Error::msg)?;
+    let names: Vec<String> = if only.is_empty() {
+        Vec::new()
+    } else if upload {
+        selected
+            .iter()
+            .map(|&i| plan.pipeline.instances[i].name.clone())
+            .collect()
+    } else {
+        plan.with_ancestors(&selected)
+            .iter()
+            .map(|&i| plan.pipeline.instances[i].name.clone())
+            .collect()
+    };
+    let entries = cwm::remote::selected_entries(&lock, &names);
+    if entries.is_empty() {
+        bail!("cwm.lock records no result for the selected stages: run them first");
+    }
+    let remote = cwm::remote::Remote::open(&url)?;
+    let t = if upload {
+        remote.push(&store, &entries)?
+    } else {
+        remote.pull(&store, &entries)?
+    };
+    let rate = if t.seconds > 0.0 {
+        t.bytes as f64 / t.seconds
+    } else {
+        0.0
+    };
+    println!(
+        "{} {url}: {} artifacts ({} files, {}) transferred, {} already there, {} key records, {:.1}s ({}/s)",
+        if upload { "pushed to" } else { "pulled from" },
+        t.artifacts,
+        t.files,
+        human_bytes(t.bytes),
+        t.present,
+        t.keys,
+        t.seconds,
+        human_bytes(rate as u64)
+    );
+    Ok(())
 }
 
 /// The store and lock file beside a pipeline file, without validating it

@@ -512,6 +512,64 @@ impl Store {
         Ok(hashes)
     }
 
+    /// Writes the record of a finished stage (atomically): the "done" mark.
+    pub fn write_key_record(&self, key: &str, record: &KeyRecord) -> Result<(), StoreError> {
+        let path = self.key_path(key);
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Malformed {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &bytes).map_err(io_err(&path))
+    }
+
+    /// Installs an artifact whose files were downloaded into `staging`'s
+    /// `data` output and verified against `manifest`: same atomic rename as a
+    /// commit, and the stat cache learns the files.
+    pub fn install_pulled(
+        &self,
+        staging: Staging,
+        manifest: &Manifest,
+        manifest_bytes: &[u8],
+        log: &[u8],
+    ) -> Result<(), StoreError> {
+        let final_dir = self.artifact_dir(&manifest.hash);
+        if !final_dir.join("manifest.json").exists() {
+            let build = staging.root.join("artifact");
+            fs::create_dir_all(&build).map_err(io_err(&build))?;
+            let data = build.join("data");
+            let staged = &staging.outputs["data"];
+            fs::rename(staged, &data).map_err(io_err(staged))?;
+            for f in &manifest.files {
+                let path = data.join(&f.path);
+                File::open(&path)
+                    .and_then(|file| file.sync_all())
+                    .map_err(io_err(&path))?;
+            }
+            write_synced(&build.join("manifest.json"), manifest_bytes)?;
+            write_synced(&build.join("log.txt"), log)?;
+            make_read_only(&data, &manifest.files)?;
+            sync_dirs(&data)?;
+            sync_dir(&build)?;
+            match fs::rename(&build, &final_dir) {
+                Ok(()) => {}
+                Err(_) if final_dir.join("manifest.json").exists() => {}
+                Err(e) => {
+                    return Err(StoreError::Io {
+                        path: final_dir,
+                        source: e,
+                    });
+                }
+            }
+            sync_dir(&self.root.join("objects"))?;
+        }
+        let data = self.data_dir(&manifest.hash);
+        for f in &manifest.files {
+            let _ = self.stat_cache.remember(&data.join(&f.path), &f.blake3);
+        }
+        let _ = fs::remove_dir_all(&staging.root);
+        Ok(())
+    }
+
     /// Removes a staging directory after a failed run, keeping its log text.
     pub fn discard(&self, staging: Staging) -> String {
         let log = fs::read_to_string(&staging.log).unwrap_or_default();

@@ -4,6 +4,7 @@ mod data_commands;
 mod data_stages;
 mod executor;
 mod pipeline_errors;
+mod remote;
 mod store;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,216 @@
+//! Sharing results by hash: push, pull, the collaborator flow, and a real
+//! S3-compatible server (moto's, started on 127.0.0.1) when it is installed.
+
+use super::{Workspace, names};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PIPELINE: &str = r#"
+stages:
+  a:
+    uses: command
+    params:
+      cmd: seq 1 "$CWM_PARAM_n" > "$CWM_OUT/a.txt"
+      n: 5000
+  b:
+    uses: command
+    inputs: {src: a}
+    params:
+      cmd: wc -l < "$CWM_IN_src/a.txt" > "$CWM_OUT/b.txt"
+"#;
+
+/// A runs, pushes and shares pipeline.yaml + cwm.lock; B pulls and finds
+/// everything fresh; B edits one stage and reruns only it.
+fn collaborator_flow(remote: &str, tag: &str) {
+    let a = Workspace::new(&format!("remote-a-{tag}"));
+    a.pipeline(PIPELINE);
+    a.run_json(&[]);
+    let pushed = a.ok(&["push", "--remote", remote]);
+    assert!(pushed.contains("2 artifacts"), "{pushed}");
+    let again = a.ok(&["push", "--remote", remote]);
+    assert!(
+        again.contains("0 artifacts") && again.contains("2 already there"),
+        "{again}"
+    );
+
+    let b = Workspace::new(&format!("remote-b-{tag}"));
+    b.pipeline(PIPELINE);
+    std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+    assert!(b.status().iter().all(|s| s.1 == "stale"));
+    let pulled = b.ok(&["pull", "--remote", remote]);
+    assert!(pulled.contains("2 artifacts"), "{pulled}");
+    assert!(
+        b.status().iter().all(|s| s.1 == "fresh"),
+        "{:?}",
+        b.status()
+    );
+    assert!(names(&b.run_json(&[]), "ran").is_empty());
+    assert!(b.ok(&["verify"]).contains("0 corrupt"));
+    b.pipeline(&PIPELINE.replace(
+        "wc -l < \"$CWM_IN_src/a.txt\"",
+        "wc -c < \"$CWM_IN_src/a.txt\"",
+    ));
+    let run = b.run_json(&[]);
+    assert_eq!(names(&run, "ran"), ["b"]);
+    assert_eq!(names(&run, "cached"), ["a"]);
+}
+
+#[test]
+fn collaborators_share_results_through_a_shared_directory() {
+    let dir = std::env::temp_dir().join(format!("cwm-remote-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    collaborator_flow(&format!("file://{}", dir.display()), "file");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_corrupt_remote_file_is_refused_and_not_installed() {
+    let dir = std::env::temp_dir().join(format!("cwm-remote-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("file://{}", dir.display());
+    let a = Workspace::new("remote-bad-a");
+    a.pipeline(PIPELINE);
+    a.run_json(&[]);
+    a.ok(&["push", "--remote", &url]);
+    // Flip the content of every remote data file, keeping sizes.
+    for entry in std::fs::read_dir(dir.join("objects")).unwrap().flatten() {
+        for f in std::fs::read_dir(entry.path().join("data"))
+            .unwrap()
+            .flatten()
+        {
+            let mut bytes = std::fs::read(f.path()).unwrap();
+            bytes[0] ^= 1;
+            std::fs::write(f.path(), bytes).unwrap();
+        }
+    }
+    let b = Workspace::new("remote-bad-b");
+    b.pipeline(PIPELINE);
+    std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+    let out = b.cwm(&["pull", "--remote", &url]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("blake3") && err.contains("not installed"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(b.artifacts().join("objects"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert_eq!(
+        std::fs::read_dir(b.artifacts().join("keys"))
+            .unwrap()
+            .count(),
+        0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// moto's S3 server on a free loopback port, stopped on drop.
+struct S3Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_s3() -> Option<S3Server> {
+    let ok = Command::new("python3")
+        .args(["-c", "import moto.server"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: moto's S3 server is not installed (pip install 'moto[server]')");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let server = S3Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            eprintln!("skipped: moto's S3 server did not start");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Create the bucket with a plain HTTP PUT (moto needs no signature for this).
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    use std::io::{Read, Write};
+    write!(stream, "PUT /cwm-test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    if !response.starts_with("HTTP/1.1 200") {
+        eprintln!(
+            "skipped: could not create the test bucket: {}",
+            response.lines().next().unwrap_or("")
+        );
+        return None;
+    }
+    Some(server)
+}
+
+#[test]
+fn collaborators_share_results_through_a_local_s3_server() {
+    let Some(server) = start_s3() else { return };
+    // Credentials and endpoint only through the environment.
+    // SAFETY-free: tests set the variables for the child processes they spawn.
+    let url = "s3://cwm-test/shared";
+    let vars = [
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", server.port)),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test-secret".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+    ];
+    let a = Workspace::new("s3-a");
+    a.pipeline(PIPELINE);
+    a.run_json(&[]);
+    let run = |ws: &Workspace, args: &[&str]| {
+        let mut cmd = super::cwm_command(&ws.dir, args);
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(run(&a, &["push", "--remote", url]).contains("2 artifacts"));
+    let b = Workspace::new("s3-b");
+    b.pipeline(PIPELINE);
+    std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+    assert!(run(&b, &["pull", "--remote", url]).contains("2 artifacts"));
+    assert!(b.status().iter().all(|s| s.1 == "fresh"));
+    assert!(names(&b.run_json(&[]), "ran").is_empty());
+    // The secret never reaches the lock file or the store.
+    let lock = std::fs::read_to_string(b.dir.join("cwm.lock")).unwrap();
+    assert!(!lock.contains("test-secret"));
+}
