@@ -473,29 +473,9 @@ impl Store {
                         path: build.clone(),
                         message: e.to_string(),
                     })?;
-                write_synced(&build.join("manifest.json"), &manifest_bytes)?;
-                write_synced(&build.join("log.txt"), log_text.as_bytes())?;
-                make_read_only(&data, &files)?;
-                sync_dirs(&data)?;
-                sync_dir(&build)?;
-                match fs::rename(&build, &final_dir) {
-                    Ok(()) => {}
-                    // Another run committed the same content meanwhile.
-                    Err(_) if final_dir.join("manifest.json").exists() => {}
-                    Err(e) => {
-                        return Err(StoreError::Io {
-                            path: final_dir,
-                            source: e,
-                        });
-                    }
-                }
-                sync_dir(&self.root.join("objects"))?;
+                self.publish(&build, &hash, &files, &manifest_bytes, log_text.as_bytes())?;
             }
-            let data = self.data_dir(&hash);
-            for f in &files {
-                // Seed the stat cache so this artifact is never rehashed.
-                let _ = self.stat_cache.remember(&data.join(&f.path), &f.blake3);
-            }
+            self.remember_files(&hash, &files);
             hashes.insert(name.clone(), hash);
         }
         let record = KeyRecord {
@@ -503,13 +483,50 @@ impl Store {
             instance: info.instance.to_owned(),
             outputs: hashes.clone(),
         };
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| StoreError::Malformed {
-            path: self.key_path(info.key),
-            message: e.to_string(),
-        })?;
-        write_atomic(&self.key_path(info.key), &bytes).map_err(io_err(&self.key_path(info.key)))?;
+        self.write_key_record(info.key, &record)?;
         let _ = fs::remove_dir_all(&staging.root);
         Ok(hashes)
+    }
+
+    /// Completes the artifact being built in `build` (whose `data/` holds
+    /// `files`) and moves it into `objects/<hash>` by one atomic rename:
+    /// manifest and log written and synced, files made read-only, directories
+    /// synced. Content already committed meanwhile by another process is fine.
+    fn publish(
+        &self,
+        build: &Path,
+        hash: &str,
+        files: &[FileEntry],
+        manifest_bytes: &[u8],
+        log: &[u8],
+    ) -> Result<(), StoreError> {
+        let data = build.join("data");
+        write_synced(&build.join("manifest.json"), manifest_bytes)?;
+        write_synced(&build.join("log.txt"), log)?;
+        make_read_only(&data, files)?;
+        sync_dirs(&data)?;
+        sync_dir(build)?;
+        let final_dir = self.artifact_dir(hash);
+        match fs::rename(build, &final_dir) {
+            Ok(()) => {}
+            // Another process committed the same content meanwhile.
+            Err(_) if final_dir.join("manifest.json").exists() => {}
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: final_dir,
+                    source: e,
+                });
+            }
+        }
+        sync_dir(&self.root.join("objects"))
+    }
+
+    /// Seeds the stat cache with an artifact's files, so it is never rehashed.
+    fn remember_files(&self, hash: &str, files: &[FileEntry]) {
+        let data = self.data_dir(hash);
+        for f in files {
+            let _ = self.stat_cache.remember(&data.join(&f.path), &f.blake3);
+        }
     }
 
     /// Writes the record of a finished stage (atomically): the "done" mark.
@@ -545,27 +562,9 @@ impl Store {
                     .and_then(|file| file.sync_all())
                     .map_err(io_err(&path))?;
             }
-            write_synced(&build.join("manifest.json"), manifest_bytes)?;
-            write_synced(&build.join("log.txt"), log)?;
-            make_read_only(&data, &manifest.files)?;
-            sync_dirs(&data)?;
-            sync_dir(&build)?;
-            match fs::rename(&build, &final_dir) {
-                Ok(()) => {}
-                Err(_) if final_dir.join("manifest.json").exists() => {}
-                Err(e) => {
-                    return Err(StoreError::Io {
-                        path: final_dir,
-                        source: e,
-                    });
-                }
-            }
-            sync_dir(&self.root.join("objects"))?;
+            self.publish(&build, &manifest.hash, &manifest.files, manifest_bytes, log)?;
         }
-        let data = self.data_dir(&manifest.hash);
-        for f in &manifest.files {
-            let _ = self.stat_cache.remember(&data.join(&f.path), &f.blake3);
-        }
+        self.remember_files(&manifest.hash, &manifest.files);
         let _ = fs::remove_dir_all(&staging.root);
         Ok(())
     }
