@@ -36,6 +36,7 @@ pub mod games;
 pub mod jsonl;
 pub mod parse;
 pub mod random_uniform;
+pub mod shards;
 pub mod split;
 pub mod tokenize;
 
@@ -48,6 +49,7 @@ pub use error::DataError;
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use parse::{IdKeySource, ParseOptions, ParseReport, ParseStage};
 pub use random_uniform::{RandomUniformOptions, RandomUniformStage, generate_random_uniform};
+pub use shards::{ShardReader, TokenizedGame};
 pub use split::SplitStage;
 pub use tokenize::{TokenizeOptions, TokenizeStage, tokenize_games};
 

@@ -195,6 +195,37 @@ pub enum Scan {
     Chunked,
 }
 
+impl Scan {
+    /// The canonical name (`sequential` or `chunked`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scan::Sequential => "sequential",
+            Scan::Chunked => "chunked",
+        }
+    }
+}
+
+impl fmt::Display for Scan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scan {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sequential" => Ok(Scan::Sequential),
+            "chunked" => Ok(Scan::Chunked),
+            _ => Err(ModelError::InvalidConfig {
+                field: "scan",
+                reason: format!("{s:?} is not sequential or chunked"),
+            }),
+        }
+    }
+}
+
 /// Everything that determines a model's architecture and its dropout.
 ///
 /// Build one with [`ModelConfig::new`] (the reference's defaults) and adjust fields; call

@@ -28,6 +28,14 @@ pub enum ModelError {
     /// A family that this build does not implement yet.
     #[error("model family {0} is not implemented yet")]
     NotImplemented(Family),
+    /// A checkpoint that cannot be read or written.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The checkpoint directory or file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// Tensors or host buffers whose shapes do not fit together.
     #[error("shape mismatch: {0}")]
     Shape(String),

@@ -26,6 +26,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gdn;
@@ -38,6 +39,7 @@ pub mod recurrent;
 pub mod slice;
 pub mod transformer;
 
+pub use checkpoint::{load_model, save_model};
 pub use config::{Family, ModelConfig, Rope, Scan, Size};
 pub use error::ModelError;
 pub use head::{
