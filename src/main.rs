@@ -188,6 +188,33 @@ enum ModelCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a checkpoint's weights as safetensors with the reference's PyTorch keys and shapes.
+    Export {
+        /// Checkpoint directory (model.json + model.bpk).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// The safetensors file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Make a checkpoint from a safetensors file with the reference's PyTorch keys and shapes.
+    Import {
+        /// Family: transformer, slice, slice_diag, gdn, gdn_pos, mamba3, mamba2.
+        #[arg(long)]
+        arch: cwm_models::Family,
+        /// Size: d128, d256, d384, d512.
+        #[arg(long)]
+        size: cwm_models::Size,
+        /// Mamba-3 MIMO (rank 4) instead of SISO.
+        #[arg(long)]
+        mimo: bool,
+        /// The safetensors file to read.
+        #[arg(long)]
+        from: PathBuf,
+        /// Checkpoint directory to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -431,6 +458,35 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }
         Command::Import(command) => {
             data_commands::import(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Model(ModelCommand::Export { checkpoint, out }) => {
+            let (config, tensors) = cwm_models::interop::export_checkpoint(&checkpoint, &out)?;
+            println!(
+                "wrote {tensors} tensors of {} {} to {}",
+                config.family,
+                config.size,
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Model(ModelCommand::Import {
+            arch,
+            size,
+            mimo,
+            from,
+            out,
+        }) => {
+            if mimo && arch != cwm_models::Family::Mamba3 {
+                bail!("--mimo applies to mamba3 only, not {arch}");
+            }
+            let mut config = cwm_models::ModelConfig::new(arch, size);
+            config.mamba3_mimo = mimo;
+            let params = cwm_models::interop::import_checkpoint(&from, &config, &out)?;
+            println!(
+                "wrote checkpoint {} ({arch} {size}, {params} parameters)",
+                out.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Model(ModelCommand::Params {

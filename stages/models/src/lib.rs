@@ -31,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod gdn;
 pub mod head;
+pub mod interop;
 pub mod loss;
 pub mod mamba;
 pub mod metrics;

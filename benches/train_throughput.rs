@@ -1,0 +1,290 @@
+//! Training throughput: tokens per second of full training steps (forward, backward and an
+//! AdamW update) in cwm (burn, `flex` CPU backend with autodiff) and in the PyTorch versions of
+//! the same models (`stages/models/python/cwm_torch_models.py`, `torch.optim.AdamW`, CPU),
+//! measured in the same run with the same number of threads. The issue's target is cwm at
+//! ≥ 1.0× PyTorch.
+//!
+//! Every step trains on one fixed batch of `CWM_BENCH_BATCH` (32) sequences of `CWM_BENCH_SEQ`
+//! (128) tokens: START then pseudo-random move ids, random targets, no padding. The loss is the
+//! reference's state loss (spec A.4) on both sides; dropout is on (training mode) as in
+//! training. After `CWM_BENCH_WARMUP` (2) steps, `CWM_BENCH_STEPS` (5) steps are timed one by
+//! one; the figure is batch · seq / median step time.
+//!
+//! ```text
+//! cargo bench --bench train_throughput                       # transformer and slice, d128
+//! CWM_BENCH_FAMILIES=slice_diag,gdn CWM_BENCH_THREADS=1 cargo bench --bench train_throughput
+//! ```
+//!
+//! `CWM_BENCH_THREADS` (default: all cores) sizes rayon's global pool, which burn's CPU backend
+//! uses, and is passed to `torch.set_num_threads`. `CWM_BENCH_SIZE` picks the size (d128).
+//! The PyTorch side is skipped with a message when `import torch` fails. The table goes to
+//! stderr and to `target/criterion/cwm-train-throughput-summary.txt`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::prelude::*;
+use cwm_models::{
+    Family, Model, ModelConfig, N_LABELS, Size, StateModel, label_classes, state_loss,
+};
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A small deterministic generator (64-bit LCG) for the synthetic batch.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+struct Settings {
+    batch: usize,
+    seq: usize,
+    warmup: usize,
+    steps: usize,
+    threads: usize,
+    size: Size,
+}
+
+struct Figure {
+    tokens_per_s: f64,
+    median_step_s: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn cwm_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
+    let device = Device::flex().autodiff();
+    let config = ModelConfig::new(family, s.size);
+    let mut model = Model::init(&config, &device).map_err(|e| e.to_string())?;
+    let mut rng = Lcg(42);
+    let moves: Vec<i64> = (0..s.batch * s.seq)
+        .map(|i| {
+            if i % s.seq == 0 {
+                cwm_models::START_TOKEN
+            } else {
+                rng.below(20_480) as i64
+            }
+        })
+        .collect();
+    let classes = label_classes();
+    let targets: Vec<i64> = (0..s.batch * s.seq * N_LABELS)
+        .map(|i| rng.below(classes[i % N_LABELS] as u64) as i64)
+        .collect();
+    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [s.batch, s.seq]), &device);
+    let targets = Tensor::<3, Int>::from_data(
+        TensorData::new(targets, [s.batch, s.seq, N_LABELS]),
+        &device,
+    );
+    let valid = Tensor::<2, Bool>::from_data(
+        TensorData::new(vec![true; s.batch * s.seq], [s.batch, s.seq]),
+        &device,
+    );
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(0.01)
+        .with_epsilon(1e-8)
+        .init();
+    let mut times = Vec::with_capacity(s.steps);
+    for step in 0..s.warmup + s.steps {
+        let start = Instant::now();
+        let logits = model.logits(moves.clone());
+        let loss = state_loss(logits, targets.clone(), valid.clone())
+            .map_err(|e| e.to_string())?
+            .loss;
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(3e-4, model, grads);
+        let loss_value = loss.into_scalar::<f32>();
+        let seconds = start.elapsed().as_secs_f64();
+        if !loss_value.is_finite() {
+            return Err(format!("loss is {loss_value} at step {step}"));
+        }
+        if step >= s.warmup {
+            times.push(seconds);
+        }
+    }
+    let median_step_s = median(times);
+    Ok(Figure {
+        tokens_per_s: (s.batch * s.seq) as f64 / median_step_s,
+        median_step_s,
+    })
+}
+
+fn torch_available() -> bool {
+    match Command::new("python3")
+        .args(["-c", "import torch"])
+        .output()
+    {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            eprintln!(
+                "train_throughput: `import torch` fails ({}); skipping the PyTorch baseline",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            false
+        }
+        Err(error) => {
+            eprintln!("train_throughput: no python3 ({error}); skipping the PyTorch baseline");
+            false
+        }
+    }
+}
+
+fn torch_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
+    let script = repo_root().join("benches/python/train_torch.py");
+    let args = [
+        "--arch".to_owned(),
+        family.name().to_owned(),
+        "--size".to_owned(),
+        s.size.name().to_owned(),
+        "--batch".to_owned(),
+        s.batch.to_string(),
+        "--seq".to_owned(),
+        s.seq.to_string(),
+        "--warmup".to_owned(),
+        s.warmup.to_string(),
+        "--steps".to_owned(),
+        s.steps.to_string(),
+        "--threads".to_owned(),
+        s.threads.to_string(),
+    ];
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(&args)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("bad output: {e}"))?;
+    let get = |k: &str| value.get(k).and_then(serde_json::Value::as_f64);
+    match (get("tokens_per_s"), get("median_step_s")) {
+        (Some(tokens_per_s), Some(median_step_s)) => Ok(Figure {
+            tokens_per_s,
+            median_step_s,
+        }),
+        _ => Err(format!("bad output: {value}")),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported (use the env vars).
+    let threads = env_or(
+        "CWM_BENCH_THREADS",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    );
+    let settings = Settings {
+        batch: env_or("CWM_BENCH_BATCH", 32),
+        seq: env_or("CWM_BENCH_SEQ", 128),
+        warmup: env_or("CWM_BENCH_WARMUP", 2),
+        steps: env_or("CWM_BENCH_STEPS", 5).max(1),
+        threads,
+        size: env_or("CWM_BENCH_SIZE", Size::D128),
+    };
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+    {
+        eprintln!("train_throughput: cannot size the rayon pool: {e}");
+    }
+    let families: Vec<Family> = std::env::var("CWM_BENCH_FAMILIES")
+        .unwrap_or_else(|_| "transformer,slice".to_owned())
+        .split(',')
+        .filter_map(|name| match name.trim().parse() {
+            Ok(family) => Some(family),
+            Err(e) => {
+                eprintln!("train_throughput: {e}");
+                None
+            }
+        })
+        .collect();
+    let with_torch = torch_available();
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "cwm training throughput (tokens/s of forward + backward + AdamW; batch {}, seq {}, {}, \
+         {} thread(s); median of {} steps after {} warm-up; both sides in the same run)",
+        settings.batch,
+        settings.seq,
+        settings.size,
+        settings.threads,
+        settings.steps,
+        settings.warmup
+    );
+    let _ = writeln!(
+        text,
+        "machine: {} cores; other builds may have been running, so absolute figures are noisy",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let _ = writeln!(text);
+    let _ = writeln!(
+        text,
+        "| {:<12} | {:>12} | {:>10} | {:>12} | {:>10} | {:>22} |",
+        "family", "cwm tok/s", "cwm s/step", "torch tok/s", "torch s/st", "ratio (target ≥ 1.0×)"
+    );
+    let _ = writeln!(
+        text,
+        "|{:-<14}|{:-<14}|{:-<12}|{:-<14}|{:-<12}|{:-<24}|",
+        "", "", "", "", "", ""
+    );
+    for family in families {
+        eprintln!("train_throughput: cwm {family} …");
+        let ours = cwm_throughput(family, &settings);
+        let theirs = if with_torch {
+            eprintln!("train_throughput: torch {family} …");
+            torch_throughput(family, &settings)
+        } else {
+            Err("not measured".to_owned())
+        };
+        let cell = |f: &Result<Figure, String>| match f {
+            Ok(f) => (
+                format!("{:.0}", f.tokens_per_s),
+                format!("{:.3}", f.median_step_s),
+            ),
+            Err(e) => {
+                eprintln!("train_throughput: {family}: {e}");
+                ("n/a".to_owned(), "n/a".to_owned())
+            }
+        };
+        let (a, b) = cell(&ours);
+        let (c, d) = cell(&theirs);
+        let ratio = match (&ours, &theirs) {
+            (Ok(o), Ok(t)) => format!("{:.2}×", o.tokens_per_s / t.tokens_per_s),
+            _ => "n/a".to_owned(),
+        };
+        let _ = writeln!(
+            text,
+            "| {:<12} | {a:>12} | {b:>10} | {c:>12} | {d:>10} | {ratio:>22} |",
+            family.name()
+        );
+    }
+    eprintln!("\n{text}");
+    let dir = repo_root().join("target/criterion");
+    let path = dir.join("cwm-train-throughput-summary.txt");
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &text)) {
+        eprintln!("train_throughput: cannot write {}: {e}", path.display());
+    } else {
+        eprintln!("summary written to {}", path.display());
+    }
+}
