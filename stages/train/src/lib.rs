@@ -1,0 +1,438 @@
+//! The `train` stage kind of cwm: trains one benchmark model on a `tokenize` artifact, with the
+//! reference's loss, optimiser, schedule, clipping, NaN guard, data order and validation
+//! (spec A.4, A.5, D.1, D.2, D.4, E.8), and resumes exactly after a crash.
+//!
+//! * **Inputs** `train` (a `tokenize` artifact), `val` (optional, a `tokenize` artifact: without
+//!   it no validation), `hparams` (optional, a `select` artifact: the choice whose `arch` and
+//!   `size` equal this stage's replaces `lr`, `beta2`, `weight_decay` and `warmup_steps`).
+//! * **Params**: see [`PARAMS`] (`cwm kinds` lists them with their defaults).
+//! * **Output** `out`: `checkpoint/` (`model.json` + `model.bpk`, [`cwm_models::save_model`]),
+//!   `steps.parquet`, `val.parquet` and `summary.json` ([`output`] has the columns).
+//!
+//! # Resume
+//! The executor runs a stage in a fresh temporary output directory, so the resumable state
+//! lives outside it: `<pipeline dir>/artifacts/partial/train/<instance>-<key>/`, where `<key>`
+//! is a blake3 digest of this kind's code fingerprint, the params (all but `threads`) and the
+//! content hashes of the inputs ([`partial_key`]) — the same ingredients as the stage's cache
+//! key, so a changed param or input never resumes a stale run. Every `checkpoint_every` steps
+//! the state (model, AdamW moments and step counts, scheduler position, epoch, position in the
+//! epoch's data, logged rows) is written there atomically ([`state`]); a run that finds one
+//! logs `resuming from step N` and continues at the exact next batch; the directory is removed
+//! once the outputs are written. Dropout masks are drawn after reseeding the backend from
+//! `(seed, step)` ([`train::step_seed`]), so a resumed run is bit-identical to an uninterrupted
+//! one (on the same machine and thread count).
+//!
+//! Unlike the reference, which restarts the recorded epoch from its beginning, resume continues
+//! mid-epoch at the next batch.
+#![deny(missing_docs)]
+
+pub mod adamw;
+pub mod data;
+mod error;
+pub mod output;
+pub mod schedule;
+pub mod state;
+pub mod train;
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::Device;
+use cwm_models::{Family, ModelConfig, Rope, Size};
+use cwm_stage::{
+    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext, StageError,
+    StageKind, Threads,
+};
+use serde_json::{Map, Value, json};
+
+pub use error::TrainError;
+pub use schedule::{Schedule, ScheduleKind};
+pub use train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
+
+include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
+
+const ARCHS: &[&str] = &[
+    "transformer",
+    "slice",
+    "slice_diag",
+    "gdn",
+    "gdn_pos",
+    "mamba3",
+    "mamba2",
+];
+const SIZES: &[&str] = &["d128", "d256", "d384", "d512"];
+const ROPES: &[&str] = &["reference", "standard"];
+const SCHEDULES: &[&str] = &["none", "cosine", "linear"];
+
+/// The params of the `train` kind.
+pub const PARAMS: &[ParamSpec] = &[
+    ParamSpec::required("arch", ParamType::Choice(ARCHS), "model family"),
+    ParamSpec::with_default("size", ParamType::Choice(SIZES), ParamDefault::Str("d128"), "size preset"),
+    ParamSpec::with_default("dropout", ParamType::Float, ParamDefault::Float(0.1), "dropout probability (where each family applies it)"),
+    ParamSpec::with_default("rope", ParamType::Choice(ROPES), ParamDefault::Str("reference"), "Transformer RoPE variant"),
+    ParamSpec::with_default("mamba3_mimo", ParamType::Bool, ParamDefault::Bool(false), "Mamba-3 MIMO instead of SISO"),
+    ParamSpec::with_default("batch_size", ParamType::Int, ParamDefault::Int(32), "games per batch (validation too)"),
+    ParamSpec::with_default("max_steps", ParamType::Int, ParamDefault::Int(0), "sequence truncation in tokens incl. START (0 = none)"),
+    ParamSpec::with_default("steps", ParamType::Int, ParamDefault::Int(0), "optimizer steps to run, cycling epochs as needed (0 = run `epochs`)"),
+    ParamSpec::with_default("epochs", ParamType::Int, ParamDefault::Int(1), "epochs to run when steps = 0"),
+    ParamSpec::with_default("lr", ParamType::Float, ParamDefault::Float(1e-3), "base learning rate"),
+    ParamSpec::with_default("beta2", ParamType::Float, ParamDefault::Float(0.999), "AdamW beta2"),
+    ParamSpec::with_default("weight_decay", ParamType::Float, ParamDefault::Float(0.0), "decoupled weight decay"),
+    ParamSpec::with_default("warmup_steps", ParamType::Int, ParamDefault::Int(0), "linear warm-up steps (none schedule: ignored)"),
+    ParamSpec::with_default("schedule", ParamType::Choice(SCHEDULES), ParamDefault::Str("none"), "lr schedule (none = constant, no warm-up)"),
+    ParamSpec::with_default("lr_decay_steps", ParamType::Int, ParamDefault::Int(0), "decay steps S (0 = the run's total steps)"),
+    ParamSpec::with_default("lr_min_ratio", ParamType::Float, ParamDefault::Float(0.1), "schedule floor r"),
+    ParamSpec::with_default("grad_clip", ParamType::Float, ParamDefault::Float(1.0), "global gradient-norm clip (0 = none)"),
+    ParamSpec::with_default("seed", ParamType::Int, ParamDefault::Int(0), "seed of init, dropout and shard order"),
+    ParamSpec::with_default("val_every", ParamType::Int, ParamDefault::Int(0), "validate every N steps (0 = only at the end)"),
+    ParamSpec::with_default("val_batches", ParamType::Int, ParamDefault::Int(10), "validation batches (0 = all)"),
+    ParamSpec::with_default("log_every", ParamType::Int, ParamDefault::Int(50), "log a steps.parquet row every N steps"),
+    ParamSpec::with_default("checkpoint_every", ParamType::Int, ParamDefault::Int(0), "save the resumable state every N steps (0 = never)"),
+    ParamSpec::with_default("threads", ParamType::Int, ParamDefault::Int(0), "worker threads (0 = all the executor has)"),
+];
+
+const INPUTS: &[InputSpec] = &[
+    InputSpec::one("train", "a tokenize artifact to train on"),
+    InputSpec::one("val", "a tokenize artifact to validate on").optional(),
+    InputSpec::one("hparams", "a select artifact: lr, beta2, weight_decay, warmup_steps of this arch and size").optional(),
+];
+
+/// The `train` stage kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TrainStage;
+
+fn uint(params: &Params, name: &str) -> Result<u64, TrainError> {
+    params
+        .uint(name)
+        .map_err(|e| TrainError::Config(e.to_string()))
+}
+
+fn float(params: &Params, name: &str) -> Result<f64, TrainError> {
+    params
+        .float(name)
+        .map_err(|e| TrainError::Config(e.to_string()))
+}
+
+fn text<'a>(params: &'a Params, name: &str) -> Result<&'a str, TrainError> {
+    params.str(name).map_err(|e| TrainError::Config(e.to_string()))
+}
+
+/// The [`TrainConfig`] described by validated stage params (defaults filled in).
+///
+/// # Errors
+/// [`TrainError::Config`] naming the param that is missing, negative or unknown.
+pub fn config_from_params(params: &Params) -> Result<TrainConfig, TrainError> {
+    let family: Family = text(params, "arch")?.parse()?;
+    let size: Size = text(params, "size")?.parse()?;
+    let mut model = ModelConfig::new(family, size);
+    model.dropout = float(params, "dropout")?;
+    model.rope = text(params, "rope")?.parse::<Rope>()?;
+    model.mamba3_mimo = params
+        .bool("mamba3_mimo")
+        .map_err(|e| TrainError::Config(e.to_string()))?;
+    model.validate()?;
+    let usize_of = |name: &str| -> Result<usize, TrainError> {
+        usize::try_from(uint(params, name)?)
+            .map_err(|_| TrainError::Config(format!("parameter `{name}` is too large")))
+    };
+    Ok(TrainConfig {
+        model,
+        batch_size: usize_of("batch_size")?,
+        max_steps: usize_of("max_steps")?,
+        steps: uint(params, "steps")?,
+        epochs: uint(params, "epochs")?,
+        lr: float(params, "lr")?,
+        beta2: float(params, "beta2")?,
+        weight_decay: float(params, "weight_decay")?,
+        warmup_steps: uint(params, "warmup_steps")?,
+        schedule: text(params, "schedule")?.parse()?,
+        lr_decay_steps: uint(params, "lr_decay_steps")?,
+        lr_min_ratio: float(params, "lr_min_ratio")?,
+        grad_clip: float(params, "grad_clip")?,
+        seed: uint(params, "seed")?,
+        val_every: uint(params, "val_every")?,
+        val_batches: uint(params, "val_batches")?,
+        log_every: uint(params, "log_every")?,
+        checkpoint_every: uint(params, "checkpoint_every")?,
+    })
+}
+
+/// The hyper-parameters a `select` artifact chose for `arch` × `size`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectedHparams {
+    /// The producing instance named in the choice, if any.
+    pub instance: Option<String>,
+    /// Learning rate.
+    pub lr: f64,
+    /// β2.
+    pub beta2: f64,
+    /// Weight decay.
+    pub weight_decay: f64,
+    /// Warm-up steps.
+    pub warmup_steps: u64,
+}
+
+/// Reads `selected.json` of a `select` artifact at `dir` and returns the choice for `arch` and
+/// `size`.
+///
+/// # Errors
+/// [`TrainError::Hparams`] when the file is missing or malformed, or holds no choice for this
+/// arch and size.
+pub fn selected_hparams(dir: &Path, arch: &str, size: &str) -> Result<SelectedHparams, TrainError> {
+    let path = if dir.is_file() {
+        dir.to_path_buf()
+    } else {
+        dir.join("selected.json")
+    };
+    let bad = |message: String| TrainError::Hparams {
+        path: path.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let choices = value["choices"]
+        .as_array()
+        .ok_or_else(|| bad("no `choices` array".into()))?;
+    let choice = choices
+        .iter()
+        .find(|c| c["arch"].as_str() == Some(arch) && c["size"].as_str() == Some(size))
+        .ok_or_else(|| {
+            let have: Vec<String> = choices
+                .iter()
+                .map(|c| format!("{}/{}", c["arch"].as_str().unwrap_or("?"), c["size"].as_str().unwrap_or("?")))
+                .collect();
+            bad(format!("no choice for arch {arch} size {size} (it has: {})", have.join(", ")))
+        })?;
+    let h = &choice["hparams"];
+    let num = |name: &str| -> Result<f64, TrainError> {
+        h[name]
+            .as_f64()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| bad(format!("choice {arch}/{size}: hparams.{name} is missing or not a number ≥ 0")))
+    };
+    let warmup = num("warmup_steps")?;
+    if warmup.fract() != 0.0 {
+        return Err(bad(format!("choice {arch}/{size}: hparams.warmup_steps {warmup} is not an integer")));
+    }
+    Ok(SelectedHparams {
+        instance: choice["instance"].as_str().map(str::to_owned),
+        lr: num("lr")?,
+        beta2: num("beta2")?,
+        weight_decay: num("weight_decay")?,
+        warmup_steps: warmup as u64,
+    })
+}
+
+/// The identity of a run for its partial state: blake3 of the kind's fingerprint, the params
+/// but `threads`, and each input's name and content hash.
+pub fn partial_key(fingerprint: &str, params: &Params, inputs: &[(String, String)]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"cwm-train-partial-v1\n");
+    hasher.update(fingerprint.as_bytes());
+    hasher.update(b"\n");
+    let mut kept = Params::new();
+    for (name, value) in params.iter() {
+        if name != "threads" {
+            kept.insert(name, value.clone());
+        }
+    }
+    hasher.update(kept.canonical().as_bytes());
+    for (name, hash) in inputs {
+        hasher.update(format!("\n{name}={hash}").as_bytes());
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
+/// The partial-state directory of a run: `<base>/artifacts/partial/train/<instance>-<key>`
+/// (the instance name made file-safe and cut to 64 characters, the key to 32 hex digits).
+pub fn partial_dir(base_dir: &Path, instance: &str, key: &str) -> PathBuf {
+    let safe: String = instance
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .take(64)
+        .collect();
+    base_dir
+        .join("artifacts")
+        .join("partial")
+        .join("train")
+        .join(format!("{safe}-{}", &key[..key.len().min(32)]))
+}
+
+impl StageKind for TrainStage {
+    fn name(&self) -> &'static str {
+        "train"
+    }
+
+    fn doc(&self) -> &'static str {
+        "trains a model on tokenized games (reference loss, AdamW, schedule, NaN guard), resumable"
+    }
+
+    fn fingerprint(&self) -> String {
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, &["Cargo.toml", "src/"]),
+            cwm_models::SOURCE_FINGERPRINT,
+            cwm_stages_data::SOURCE_FINGERPRINT,
+            cwm_random_uniform::SOURCE_FINGERPRINT,
+        ])
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        PARAMS
+    }
+
+    fn inputs(&self) -> InputsDecl {
+        InputsDecl::Named(INPUTS)
+    }
+
+    fn threads(&self, params: &Params) -> Threads {
+        match params.int("threads") {
+            Ok(n) if n > 0 => Threads::Fixed(n as usize),
+            _ => Threads::All,
+        }
+    }
+
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        let mut config = config_from_params(ctx.params())?;
+        let log = |line: &str| ctx.log().line(line);
+        if let [hp] = ctx.input_list("hparams") {
+            let chosen = selected_hparams(
+                &hp.path,
+                config.model.family.name(),
+                config.model.size.name(),
+            )?;
+            log(&format!(
+                "hparams from {} (choice {}): lr {} beta2 {} weight_decay {} warmup_steps {} (params had {} {} {} {})",
+                hp.producer,
+                chosen.instance.as_deref().unwrap_or("?"),
+                chosen.lr,
+                chosen.beta2,
+                chosen.weight_decay,
+                chosen.warmup_steps,
+                config.lr,
+                config.beta2,
+                config.weight_decay,
+                config.warmup_steps
+            ));
+            config.lr = chosen.lr;
+            config.beta2 = chosen.beta2;
+            config.weight_decay = chosen.weight_decay;
+            config.warmup_steps = chosen.warmup_steps;
+        }
+        let inputs: Vec<(String, String)> = ctx
+            .inputs()
+            .iter()
+            .flat_map(|(name, list)| list.iter().map(move |a| (name.clone(), a.hash.clone())))
+            .collect();
+        let key = partial_key(&self.fingerprint(), ctx.params(), &inputs);
+        let val = match ctx.input_list("val") {
+            [] => None,
+            _ => Some(ctx.input("val")?.to_path_buf()),
+        };
+        let paths = TrainPaths {
+            train: ctx.input("train")?.to_path_buf(),
+            val,
+            out: ctx.output("out")?.to_path_buf(),
+            partial: Some(partial_dir(ctx.base_dir(), ctx.instance(), &key)),
+            key,
+        };
+        let mut extra = Map::new();
+        extra.insert("threads".into(), json!(ctx.threads()));
+        let control = RunControl {
+            progress: ctx.progress(),
+            cancelled: &|| ctx.is_cancelled(),
+            log: &log,
+            stop_after: None,
+            extra_hparams: extra,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(ctx.threads())
+            .thread_name(|i| format!("cwm-train-{i}"))
+            .build()
+            .map_err(|e| StageError::failed(format!("cannot start {} threads: {e}", ctx.threads())))?;
+        let device = Device::flex();
+        match pool.install(|| train(&config, &paths, &control, &device))? {
+            RunEnd::Finished(summary) => {
+                log(&format!(
+                    "finished: {} steps, final val {}",
+                    summary["steps"], summary["final_val"]
+                ));
+                Ok(())
+            }
+            RunEnd::Stopped(step) => Err(StageError::failed(format!("stopped after step {step}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cwm_stage::ParamValue;
+
+    fn params(arch: &str) -> Params {
+        let mut p = Params::new();
+        for spec in PARAMS {
+            if let Some(v) = spec.default.value() {
+                p.insert(spec.name, v);
+            }
+        }
+        p.insert("arch", ParamValue::Str(arch.into()));
+        p
+    }
+
+    #[test]
+    fn defaults_give_the_reference_config_and_gdn_exemptions() {
+        let config = config_from_params(&params("gdn")).unwrap();
+        assert_eq!(config, TrainConfig::new(ModelConfig::new(Family::Gdn, Size::D128)));
+        assert_eq!(config.adamw().no_decay, ["a_log", "dt_bias"]);
+        let slice = config_from_params(&params("slice")).unwrap();
+        assert!(slice.adamw().no_decay.is_empty());
+        assert!(slice.adamw().decays("Slice.layers.0.a_log"));
+        assert!(!config.adamw().decays("Gdn.backbone.layers.0.attn.a_log"));
+    }
+
+    #[test]
+    fn partial_key_ignores_threads_only() {
+        let p = params("slice");
+        let inputs = vec![("train".to_owned(), "abc".to_owned())];
+        let key = partial_key("fp", &p, &inputs);
+        let mut threads = p.clone();
+        threads.insert("threads", ParamValue::Int(7));
+        assert_eq!(partial_key("fp", &threads, &inputs), key);
+        let mut lr = p.clone();
+        lr.insert("lr", ParamValue::Float(3e-3));
+        assert_ne!(partial_key("fp", &lr, &inputs), key);
+        assert_ne!(partial_key("fp", &p, &[("train".into(), "abd".into())]), key);
+        assert_ne!(partial_key("fp2", &p, &inputs), key);
+        let dir = partial_dir(Path::new("/w"), "train[arch=slice]", &key);
+        assert!(dir.starts_with("/w/artifacts/partial/train"));
+        assert!(dir.to_string_lossy().contains("train_arch_slice_-"));
+    }
+
+    #[test]
+    fn selected_hparams_pick_the_matching_choice_or_fail_clearly() {
+        let dir = std::env::temp_dir().join(format!("cwm-train-select-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let selected = json!({"kind": "select", "metric": "val_loss", "choices": [
+            {"arch": "slice", "size": "d128", "instance": "train[a]",
+             "hparams": {"lr": 3e-3, "beta2": 0.95, "weight_decay": 1e-3, "warmup_steps": 5000}},
+            {"arch": "gdn", "size": "d128", "instance": "train[b]",
+             "hparams": {"lr": 1e-4, "beta2": 0.99, "weight_decay": 0.0, "warmup_steps": 10000.0}},
+        ]});
+        std::fs::write(dir.join("selected.json"), selected.to_string()).unwrap();
+        let got = selected_hparams(&dir, "gdn", "d128").unwrap();
+        assert_eq!(
+            got,
+            SelectedHparams {
+                instance: Some("train[b]".into()),
+                lr: 1e-4,
+                beta2: 0.99,
+                weight_decay: 0.0,
+                warmup_steps: 10_000
+            }
+        );
+        assert_eq!(selected_hparams(&dir, "slice", "d128").unwrap().lr, 3e-3);
+        let err = selected_hparams(&dir, "slice", "d256").unwrap_err().to_string();
+        assert!(err.contains("no choice for arch slice size d256"), "{err}");
+        assert!(err.contains("selected.json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,586 @@
+//! The training loop (spec D.1), resumable exactly from any periodic checkpoint.
+//!
+//! [`train`] runs one training job from a [`TrainConfig`] and [`TrainPaths`] and writes the
+//! stage's outputs. Each batch:
+//!
+//! 1. with `steps > 0`, stop once `step = steps`; else stop after `epochs` epochs;
+//! 2. `step += 1` (skipped batches count, as in the reference);
+//! 3. reseed the backend from `(seed, step)` and run the forward pass (dropout active);
+//! 4. loss = `cwm_models::state_loss`;
+//! 5. NaN guard: a non-finite loss skips the batch without backward; otherwise backward, the
+//!    global gradient norm, clipping, and a non-finite norm also skips; skipped batches neither
+//!    update nor advance the schedule, and are always logged; 20 consecutive skips abort;
+//! 6. AdamW update with `lr · λ(opt_steps)`, then `opt_steps += 1`;
+//! 7. log every `log_every` steps; validate every `val_every` steps; save the partial state
+//!    every `checkpoint_every` steps.
+//!
+//! At an epoch end it validates when `val_every > 0` (unless it just did); at the end of the
+//! run it validates unless it just did, and writes the outputs.
+//!
+//! Not done (unlike the reference): the parameter check after each update with rollback to an
+//! in-memory snapshot (spec D.1 step 7).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use cwm_models::{
+    Family, Model, ModelConfig, StateMetrics, StateModel, correct_counts, save_model, state_loss,
+};
+use cwm_stages_data::ShardReader;
+use serde_json::{Map, Value, json};
+
+use crate::TrainError;
+use crate::adamw::{AdamW, AdamWConfig};
+use crate::data::{Batch, EpochReader, Position, epoch_order, shard_files};
+use crate::output::{
+    CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, StepRow, VAL_FILE, ValRow, write_json, write_steps,
+    write_val,
+};
+use crate::schedule::{Schedule, ScheduleKind};
+use crate::state::{self, RunState};
+
+/// Consecutive skipped batches after which training aborts (the reference's default).
+pub const MAX_CONSECUTIVE_BAD: u64 = 20;
+
+/// The backend's random generator is process-wide (burn's `flex` keeps one global seed), so
+/// reseeding and the forward pass that draws dropout masks run under this lock: two trainings
+/// in one process then still draw exactly their own masks.
+static RNG_LOCK: Mutex<()> = Mutex::new(());
+
+/// Everything that determines a training run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainConfig {
+    /// The model (family, size, dropout, RoPE, MIMO, ...).
+    pub model: ModelConfig,
+    /// Games per batch.
+    pub batch_size: usize,
+    /// Sequence truncation in tokens, `START` included (0 = none).
+    pub max_steps: usize,
+    /// Optimizer steps (batches) to run; 0 = run `epochs` epochs.
+    pub steps: u64,
+    /// Epochs to run when `steps` is 0.
+    pub epochs: u64,
+    /// Base learning rate.
+    pub lr: f64,
+    /// AdamW β2.
+    pub beta2: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// Warm-up steps (ignored by the `none` schedule, as in the reference).
+    pub warmup_steps: u64,
+    /// Schedule kind.
+    pub schedule: ScheduleKind,
+    /// Decay steps `S` (0 = the total steps of the run).
+    pub lr_decay_steps: u64,
+    /// Floor ratio `r`.
+    pub lr_min_ratio: f64,
+    /// Global gradient-norm bound (0 = no clipping).
+    pub grad_clip: f64,
+    /// Seed of the initialisation, the dropout masks and the shard order.
+    pub seed: u64,
+    /// Validate every this many steps (0 = only at the end).
+    pub val_every: u64,
+    /// Validation batches (0 = the whole validation set).
+    pub val_batches: u64,
+    /// Log a row every this many steps (0 = only skipped steps).
+    pub log_every: u64,
+    /// Save the resumable state every this many steps (0 = never; the final model is always
+    /// written).
+    pub checkpoint_every: u64,
+}
+
+impl TrainConfig {
+    /// The reference defaults of the stage for `model`.
+    pub fn new(model: ModelConfig) -> TrainConfig {
+        TrainConfig {
+            model,
+            batch_size: 32,
+            max_steps: 0,
+            steps: 0,
+            epochs: 1,
+            lr: 1e-3,
+            beta2: 0.999,
+            weight_decay: 0.0,
+            warmup_steps: 0,
+            schedule: ScheduleKind::None,
+            lr_decay_steps: 0,
+            lr_min_ratio: 0.1,
+            grad_clip: 1.0,
+            seed: 0,
+            val_every: 0,
+            val_batches: 10,
+            log_every: 50,
+            checkpoint_every: 0,
+        }
+    }
+
+    fn check(&self) -> Result<(), TrainError> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        if self.batch_size == 0 {
+            return bad("batch_size must be positive".into());
+        }
+        if self.steps == 0 && self.epochs == 0 {
+            return bad("steps and epochs are both 0: nothing to train".into());
+        }
+        for (name, x) in [
+            ("lr", self.lr),
+            ("weight_decay", self.weight_decay),
+            ("grad_clip", self.grad_clip),
+        ] {
+            if !x.is_finite() || x < 0.0 {
+                return bad(format!("{name} must be a finite number ≥ 0, got {x}"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.beta2) {
+            return bad(format!("beta2 must be in [0, 1), got {}", self.beta2));
+        }
+        Ok(())
+    }
+
+    /// The effective hyper-parameters as the summary's `hparams` object (`lr_decay_steps` as
+    /// resolved for a run of `total_steps`).
+    pub fn hparams_json(&self, total_steps: u64) -> Map<String, Value> {
+        let m = &self.model;
+        let value = json!({
+            "arch": m.family.name(),
+            "size": m.size.name(),
+            "dropout": m.dropout,
+            "rope": m.rope.name(),
+            "mamba3_mimo": m.mamba3_mimo,
+            "batch_size": self.batch_size,
+            "max_steps": self.max_steps,
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "lr": self.lr,
+            "beta2": self.beta2,
+            "weight_decay": self.weight_decay,
+            "warmup_steps": self.warmup_steps,
+            "schedule": self.schedule.name(),
+            "lr_decay_steps": self.decay_steps(total_steps),
+            "lr_min_ratio": self.lr_min_ratio,
+            "grad_clip": self.grad_clip,
+            "seed": self.seed,
+            "val_every": self.val_every,
+            "val_batches": self.val_batches,
+            "log_every": self.log_every,
+            "checkpoint_every": self.checkpoint_every,
+        });
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    fn decay_steps(&self, total_steps: u64) -> u64 {
+        if self.lr_decay_steps > 0 {
+            self.lr_decay_steps
+        } else {
+            total_steps
+        }
+    }
+
+    /// The AdamW settings, with spec D.2's decay exemptions (`A_log`, `dt_bias` of Gated
+    /// DeltaNet only).
+    pub fn adamw(&self) -> AdamWConfig {
+        let mut config = AdamWConfig::new(self.beta2, self.weight_decay, self.grad_clip);
+        if matches!(self.model.family, Family::Gdn | Family::GdnPos) {
+            config.no_decay = vec!["a_log".into(), "dt_bias".into()];
+        }
+        config
+    }
+}
+
+/// Where a run reads and writes.
+#[derive(Debug, Clone)]
+pub struct TrainPaths {
+    /// The `tokenize` artifact to train on.
+    pub train: PathBuf,
+    /// The `tokenize` artifact to validate on, if any.
+    pub val: Option<PathBuf>,
+    /// The output directory (`checkpoint/`, `steps.parquet`, `val.parquet`, `summary.json`).
+    pub out: PathBuf,
+    /// The partial-state directory for checkpoints and resume, if any.
+    pub partial: Option<PathBuf>,
+    /// The identity of the run the partial state must belong to.
+    pub key: String,
+}
+
+/// Hooks of a run into its surroundings.
+pub struct RunControl<'a> {
+    /// Progress reports (total = steps, one increment per step).
+    pub progress: &'a cwm_stage::Progress,
+    /// Whether to stop now.
+    pub cancelled: &'a (dyn Fn() -> bool + Sync),
+    /// Where log lines go.
+    pub log: &'a (dyn Fn(&str) + Sync),
+    /// Stop (without writing outputs) right after this step's checkpoint: a simulated crash,
+    /// for tests.
+    pub stop_after: Option<u64>,
+    /// Extra entries for the summary's `hparams` (e.g. `threads`).
+    pub extra_hparams: Map<String, Value>,
+}
+
+impl std::fmt::Debug for RunControl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunControl")
+            .field("stop_after", &self.stop_after)
+            .finish()
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// Training finished and the outputs are written; this is the summary.
+    Finished(Value),
+    /// Stopped after this step by [`RunControl::stop_after`]; nothing written but the partial
+    /// state.
+    Stopped(u64),
+}
+
+/// The seed for the random draws of `step` (0 = initialisation): SplitMix64 of the pair.
+pub fn step_seed(seed: u64, step: u64) -> u64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(step)
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn lock_rng() -> std::sync::MutexGuard<'static, ()> {
+    RNG_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Forces every lazily initialised parameter to take its value now.
+fn materialize(model: &Model) {
+    struct Touch;
+    impl ModuleVisitor for Touch {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let _ = param.val();
+        }
+    }
+    model.visit(&mut Touch);
+}
+
+/// The freshly initialised model a run with `seed` starts from, on `device`: the backend is
+/// seeded with [`step_seed`]`(seed, 0)` and every parameter takes its value at once.
+///
+/// # Errors
+/// As [`Model::init`].
+pub fn init_model(config: &ModelConfig, seed: u64, device: &Device) -> Result<Model, TrainError> {
+    let _guard = lock_rng();
+    device.seed(step_seed(seed, 0));
+    let model = Model::init(config, device)?;
+    materialize(&model);
+    Ok(model)
+}
+
+fn scalar(tensor: Tensor<1>) -> Result<f64, TrainError> {
+    let values = tensor
+        .into_data()
+        .convert::<f64>()
+        .into_vec::<f64>()
+        .map_err(|e| TrainError::Failed(format!("cannot read a scalar back: {e:?}")))?;
+    values
+        .first()
+        .copied()
+        .ok_or_else(|| TrainError::Failed("empty scalar".into()))
+}
+
+/// Validation (spec A.5) of `model` on the first `max_batches` batches (0 = all) of `val`.
+///
+/// # Errors
+/// [`TrainError`] when the data cannot be read or a metric computed.
+pub fn validate(
+    model: &Model,
+    val: &Path,
+    batch_size: usize,
+    max_steps: usize,
+    max_batches: u64,
+    device: &Device,
+) -> Result<StateMetrics, TrainError> {
+    let model = model.valid();
+    let device = device.clone().inner();
+    let mut metrics = StateMetrics::new(20)?;
+    let mut reader = ShardReader::open(val, batch_size.max(1))?;
+    let mut batches = 0u64;
+    loop {
+        if max_batches > 0 && batches >= max_batches {
+            break;
+        }
+        let mut games = Vec::with_capacity(batch_size);
+        for game in reader.by_ref().take(batch_size) {
+            games.push(game?);
+        }
+        if games.is_empty() {
+            break;
+        }
+        let batch = Batch::collate(&games, max_steps);
+        let (moves, targets, mask) = batch.tensors(&device)?;
+        let logits = model.logits(moves);
+        let loss = state_loss(logits.clone(), targets.clone(), mask)?;
+        let correct = correct_counts(logits, targets)?;
+        metrics.add_tensors(correct, &batch.lengths, &loss)?;
+        batches += 1;
+    }
+    Ok(metrics)
+}
+
+fn val_row(step: u64, m: &StateMetrics) -> ValRow {
+    ValRow {
+        step,
+        loss: m.loss(),
+        labelwise: m.partial_exact(),
+        exact_state: m.full_exact(),
+        trajectory: m.game_exact(),
+    }
+}
+
+/// Runs a training job (see the module docs). Resumes from `paths.partial` when it holds a
+/// state for `paths.key`.
+///
+/// # Errors
+/// [`TrainError`] for bad settings or inputs, I/O failures, too many skipped batches, or
+/// cancellation.
+pub fn train(
+    config: &TrainConfig,
+    paths: &TrainPaths,
+    control: &RunControl<'_>,
+    device: &Device,
+) -> Result<RunEnd, TrainError> {
+    config.check()?;
+    let started = Instant::now();
+    let shards = shard_files(&paths.train)?;
+    let n_games = ShardReader::count_games(&paths.train)?;
+    if n_games == 0 {
+        return Err(TrainError::Config(format!(
+            "{}: the training set holds no game",
+            paths.train.display()
+        )));
+    }
+    let batches_per_epoch = n_games.div_ceil(config.batch_size as u64);
+    let total_steps = if config.steps > 0 {
+        config.steps
+    } else {
+        config.epochs * batches_per_epoch
+    };
+    let schedule = Schedule::new(
+        config.schedule,
+        config.warmup_steps,
+        config.decay_steps(total_steps),
+        config.lr_min_ratio,
+    )?;
+    let ad = device.clone().autodiff();
+    let mut optim = AdamW::new(config.adamw());
+
+    let resumed = match &paths.partial {
+        Some(dir) => state::load(dir, &paths.key, &ad)?,
+        None => None,
+    };
+    let (mut model, mut run) = match resumed {
+        Some(loaded) => {
+            if loaded.config != config.model {
+                return Err(TrainError::Partial {
+                    path: paths.partial.clone().unwrap_or_default(),
+                    message: format!(
+                        "model configuration {:?} differs from the run's {:?}",
+                        loaded.config, config.model
+                    ),
+                });
+            }
+            optim.import(loaded.moments, &ad)?;
+            (control.log)(&format!("resuming from step {}", loaded.progress.step));
+            (loaded.model, loaded.progress)
+        }
+        None => (init_model(&config.model, config.seed, &ad)?, RunState::fresh()),
+    };
+    let n_params = model.num_params();
+    (control.log)(&format!(
+        "{} {}: {n_params} parameters; {n_games} games in {} shards, {batches_per_epoch} batches per epoch, {total_steps} steps",
+        config.model.family,
+        config.model.size,
+        shards.len()
+    ));
+    control.progress.set_total(total_steps);
+    control.progress.inc(run.step);
+
+    let base_s = run.train_s;
+    let mut reader = EpochReader::new(
+        epoch_order(&shards, config.seed, run.epoch),
+        run.position,
+    );
+    let mut window_tokens = 0u64;
+    let mut window_start = Instant::now();
+    let do_validate = |model: &Model, run: &mut RunState| -> Result<(), TrainError> {
+        if let Some(val) = &paths.val {
+            let metrics = validate(
+                model,
+                val,
+                config.batch_size,
+                config.max_steps,
+                config.val_batches,
+                device,
+            )?;
+            let row = val_row(run.step, &metrics);
+            (control.log)(&format!(
+                "step {}: val loss {:.5}, labelwise {:.5}, exact_state {:.5}, trajectory {:.5}",
+                row.step, row.loss, row.labelwise, row.exact_state, row.trajectory
+            ));
+            run.vals.push(row);
+            run.last_val_step = run.step;
+        }
+        Ok(())
+    };
+
+    loop {
+        if config.steps > 0 && run.step >= config.steps {
+            break;
+        }
+        if config.steps == 0 && run.epoch >= config.epochs {
+            break;
+        }
+        if (control.cancelled)() {
+            return Err(TrainError::Cancelled);
+        }
+        let games = reader.next_games(config.batch_size)?;
+        if games.is_empty() {
+            if run.epoch_batches == 0 {
+                return Err(TrainError::Config(format!(
+                    "{}: epoch {} yielded no batch",
+                    paths.train.display(),
+                    run.epoch
+                )));
+            }
+            if config.val_every > 0 && run.last_val_step != run.step {
+                do_validate(&model, &mut run)?;
+            }
+            run.epoch += 1;
+            run.position = Position::default();
+            run.epoch_batches = 0;
+            reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
+            continue;
+        }
+        run.step += 1;
+        run.epoch_batches += 1;
+        let batch = Batch::collate(&games, config.max_steps);
+        let lr = config.lr * schedule.multiplier(run.opt_steps);
+        let (moves, targets, mask) = batch.tensors(&ad)?;
+        let loss = {
+            let _guard = lock_rng();
+            ad.seed(step_seed(config.seed, run.step));
+            let logits = model.logits(moves);
+            state_loss(logits, targets, mask)?.loss
+        };
+        let loss_value = scalar(loss.clone().detach())?;
+        let (grad_norm, skipped) = if loss_value.is_finite() {
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let (next, outcome) = optim.step(model, &grads, lr)?;
+            model = next;
+            (outcome.grad_norm, !outcome.applied)
+        } else {
+            (f64::NAN, true)
+        };
+        if skipped {
+            run.skipped += 1;
+            run.consecutive_bad += 1;
+            (control.log)(&format!(
+                "step {}: skipped (loss {loss_value}, grad norm {grad_norm})",
+                run.step
+            ));
+            if run.consecutive_bad >= MAX_CONSECUTIVE_BAD {
+                return Err(TrainError::Failed(format!(
+                    "{MAX_CONSECUTIVE_BAD} consecutive batches skipped (non-finite loss or gradient norm), last at step {}",
+                    run.step
+                )));
+            }
+        } else {
+            run.opt_steps += 1;
+            run.consecutive_bad = 0;
+        }
+        run.tokens += batch.tokens();
+        window_tokens += batch.tokens();
+        run.position = reader.position();
+        let log_now = skipped || (config.log_every > 0 && run.step % config.log_every == 0);
+        if log_now {
+            let elapsed = window_start.elapsed().as_secs_f64();
+            let tokens_per_s = if elapsed > 0.0 {
+                window_tokens as f64 / elapsed
+            } else {
+                0.0
+            };
+            run.steps.push(StepRow {
+                step: run.step,
+                epoch: u32::try_from(run.epoch).unwrap_or(u32::MAX),
+                loss: loss_value,
+                lr,
+                grad_norm,
+                tokens_per_s,
+                skipped,
+            });
+            control.progress.set_message(format!(
+                "step {} loss {loss_value:.4} {tokens_per_s:.0} tok/s",
+                run.step
+            ));
+            window_tokens = 0;
+            window_start = Instant::now();
+        }
+        control.progress.inc(1);
+        if config.val_every > 0 && run.step % config.val_every == 0 {
+            do_validate(&model, &mut run)?;
+        }
+        if let Some(dir) = &paths.partial
+            && config.checkpoint_every > 0
+            && run.step % config.checkpoint_every == 0
+        {
+            run.train_s = base_s + started.elapsed().as_secs_f64();
+            state::save(dir, &paths.key, &run, &model, &config.model, &optim.export()?)?;
+        }
+        if control.stop_after == Some(run.step) {
+            return Ok(RunEnd::Stopped(run.step));
+        }
+    }
+    if paths.val.is_some() && run.last_val_step != run.step {
+        do_validate(&model, &mut run)?;
+    }
+
+    let out = &paths.out;
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+    save_model(&out.join(CHECKPOINT_DIR), &model.valid(), &config.model)?;
+    write_steps(&out.join(STEPS_FILE), &run.steps)?;
+    write_val(&out.join(VAL_FILE), &run.vals)?;
+    let wall_s = base_s + started.elapsed().as_secs_f64();
+    let best = run
+        .vals
+        .iter()
+        .filter(|r| r.loss.is_finite())
+        .min_by(|a, b| a.loss.total_cmp(&b.loss));
+    let mut hparams = config.hparams_json(total_steps);
+    hparams.extend(control.extra_hparams.clone());
+    let summary = json!({
+        "kind": "train",
+        "arch": config.model.family.name(),
+        "size": config.model.size.name(),
+        "params": n_params,
+        "hparams": hparams,
+        "steps": run.step,
+        "optimizer_steps": run.opt_steps,
+        "epochs_done": run.epoch,
+        "tokens": run.tokens,
+        "skipped_steps": run.skipped,
+        "tokens_per_s": if wall_s > 0.0 { run.tokens as f64 / wall_s } else { 0.0 },
+        "wall_s": wall_s,
+        "final_val": run.vals.last().map(ValRow::to_json),
+        "best_val": best.map(ValRow::to_json),
+    });
+    write_json(&out.join(SUMMARY_FILE), &summary)?;
+    if let Some(dir) = &paths.partial {
+        state::remove(dir)?;
+    }
+    Ok(RunEnd::Finished(summary))
+}

@@ -1,0 +1,282 @@
+//! Training on real games: the sample of 438 Lichess games shipped in `data/`, parsed, split
+//! and tokenized with the data stages' library functions.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
+use burn::prelude::*;
+use cwm_models::{Family, ModelConfig, Size};
+use cwm_stage::Progress;
+use cwm_stage_train::output::{CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, VAL_FILE};
+use cwm_stage_train::train::{init_model, validate};
+use cwm_stage_train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
+use cwm_stages_data::split::split_games;
+use cwm_stages_data::{IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, process_pgn, tokenize_games};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde_json::{Map, Value};
+
+struct Data {
+    train: PathBuf,
+    val: PathBuf,
+    root: PathBuf,
+}
+
+/// Parses, splits (15 % validation, so that validation has enough games) and tokenizes the
+/// sample once per test binary; the training set is cut into shards of 100 games so that the
+/// per-epoch shard order matters.
+fn data() -> &'static Data {
+    static DATA: OnceLock<Data> = OnceLock::new();
+    DATA.get_or_init(|| {
+        let root = std::env::temp_dir().join(format!("cwm-train-it-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let pgn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/lichess_db_1000k.pgn.zst");
+        let report = process_pgn(&ProcessOptions {
+            pgn,
+            out_dir: root.join("games"),
+            format: OutputFormat::Parquet,
+            threads: 1,
+            id_key: IdKeySource::None,
+            ..ProcessOptions::default()
+        })
+        .unwrap();
+        assert!(report.kept > 400, "{} games kept", report.kept);
+        for dir in ["train_games", "val_games", "train", "val"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        split_games(
+            &root.join("games"),
+            &root.join("train_games/games.parquet"),
+            &root.join("val_games/games.parquet"),
+            1500,
+            10_000,
+            &Progress::disabled(),
+            &|| false,
+        )
+        .unwrap();
+        for (games, out, shard_games) in [("train_games", "train", 100), ("val_games", "val", 1000)] {
+            let options = TokenizeOptions {
+                shard_games,
+                ..TokenizeOptions::default()
+            };
+            tokenize_games(&root.join(games), &root.join(out), &options, &Progress::disabled(), &|| false)
+                .unwrap();
+        }
+        Data {
+            train: root.join("train"),
+            val: root.join("val"),
+            root,
+        }
+    })
+}
+
+fn run(config: &TrainConfig, out: &Path, partial: Option<PathBuf>, stop_after: Option<u64>) -> RunEnd {
+    let d = data();
+    let paths = TrainPaths {
+        train: d.train.clone(),
+        val: Some(d.val.clone()),
+        out: out.to_path_buf(),
+        partial,
+        key: "test-key".into(),
+    };
+    let lines = std::sync::Mutex::new(Vec::<String>::new());
+    let log = |line: &str| lines.lock().unwrap().push(line.to_owned());
+    let control = RunControl {
+        progress: &Progress::disabled(),
+        cancelled: &|| false,
+        log: &log,
+        stop_after,
+        extra_hparams: Map::new(),
+    };
+    let end = train(config, &paths, &control, &Device::flex()).unwrap();
+    for line in lines.lock().unwrap().iter() {
+        eprintln!("  {line}");
+    }
+    end
+}
+
+fn small(family: Family) -> TrainConfig {
+    let mut config = TrainConfig::new(ModelConfig::new(family, Size::D128));
+    config.batch_size = 8;
+    config.max_steps = 64;
+    config
+}
+
+#[test]
+fn validation_loss_falls_well_below_its_initial_value() {
+    let start = Instant::now();
+    let mut config = small(Family::SliceDiag);
+    config.steps = 200;
+    config.lr = 3e-3;
+    config.val_every = 100;
+    config.val_batches = 4;
+    config.log_every = 50;
+    let d = data();
+    let initial = validate(
+        &init_model(&config.model, config.seed, &Device::flex().autodiff()).unwrap(),
+        &d.val,
+        config.batch_size,
+        config.max_steps,
+        config.val_batches,
+        &Device::flex(),
+    )
+    .unwrap();
+    let out = d.root.join("falls");
+    let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
+        panic!("the run was not stopped")
+    };
+    let final_loss = summary["final_val"]["loss"].as_f64().unwrap();
+    eprintln!(
+        "initial val loss {:.4} → {:.4} after 200 steps; {:.1} s (incl. data preparation)",
+        initial.loss(),
+        final_loss,
+        start.elapsed().as_secs_f64()
+    );
+    assert!(initial.loss() > 1.0, "initial loss {}", initial.loss());
+    assert!(
+        final_loss < 0.5 * initial.loss(),
+        "val loss {final_loss} is not well below the initial {}",
+        initial.loss()
+    );
+    assert_eq!(summary["steps"], 200);
+    assert_eq!(summary["kind"], "train");
+    assert_eq!(summary["arch"], "slice_diag");
+    assert_eq!(summary["hparams"]["lr"], 3e-3);
+    assert_eq!(summary["hparams"]["lr_decay_steps"], 200);
+    assert_eq!(summary["skipped_steps"], 0);
+    let val = read_table(&out.join(VAL_FILE));
+    assert_eq!(val.u64s("step"), [100, 200]);
+    let steps = read_table(&out.join(STEPS_FILE));
+    assert_eq!(steps.u64s("step"), [50, 100, 150, 200]);
+    assert!(out.join(CHECKPOINT_DIR).join("model.bpk").is_file());
+    let (loaded, _) = cwm_models::load_model(&out.join(CHECKPOINT_DIR), &Device::flex()).unwrap();
+    let again = validate(&loaded, &d.val, 8, 64, 4, &Device::flex()).unwrap();
+    assert_eq!(again.loss(), final_loss, "the checkpoint is the final model");
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(SUMMARY_FILE)).unwrap()).unwrap();
+    assert_eq!(on_disk["final_val"], summary["final_val"]);
+}
+
+struct Table {
+    batch: arrow::array::RecordBatch,
+}
+
+impl Table {
+    fn column<T: 'static>(&self, name: &str) -> &T {
+        self.batch
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+            .as_any()
+            .downcast_ref::<T>()
+            .unwrap_or_else(|| panic!("column {name} has another type"))
+    }
+    fn u64s(&self, name: &str) -> Vec<u64> {
+        self.column::<UInt64Array>(name).values().to_vec()
+    }
+    fn f64_bits(&self, name: &str) -> Vec<u64> {
+        self.column::<Float64Array>(name).values().iter().map(|x| x.to_bits()).collect()
+    }
+}
+
+fn read_table(path: &Path) -> Table {
+    let file = std::fs::File::open(path).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let schema = batches[0].schema();
+    Table {
+        batch: arrow::compute::concat_batches(&schema, &batches).unwrap(),
+    }
+}
+
+/// Everything of steps.parquet but the wall-clock throughput.
+fn steps_content(path: &Path) -> (Vec<u64>, Vec<u32>, Vec<Vec<u64>>, Vec<bool>) {
+    let t = read_table(path);
+    let skipped = t.column::<BooleanArray>("skipped");
+    (
+        t.u64s("step"),
+        t.column::<UInt32Array>("epoch").values().to_vec(),
+        ["loss", "lr", "grad_norm"].iter().map(|c| t.f64_bits(c)).collect(),
+        (0..skipped.len()).map(|i| skipped.value(i)).collect(),
+    )
+}
+
+/// Train N steps straight; train again, "crash" after a checkpoint (mid-epoch, after an epoch
+/// boundary, with dropout active), resume to N: the final weights and logs are bit-identical.
+#[test]
+fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
+    let start = Instant::now();
+    let mut config = small(Family::SliceDiag);
+    config.batch_size = 16;
+    config.max_steps = 32;
+    config.steps = 40;
+    config.schedule = cwm_stage_train::ScheduleKind::Cosine;
+    config.warmup_steps = 5;
+    config.weight_decay = 0.01;
+    config.val_every = 15;
+    config.val_batches = 2;
+    config.log_every = 5;
+    config.checkpoint_every = 10;
+    let d = data();
+    let straight = d.root.join("straight");
+    let straight_partial = d.root.join("partial-straight");
+    let RunEnd::Finished(a) = run(&config, &straight, Some(straight_partial.clone()), None) else {
+        panic!("not finished")
+    };
+    assert!(!straight_partial.exists(), "the partial state is removed at the end");
+    assert!(a["epochs_done"].as_u64().unwrap() >= 1, "the run crosses an epoch boundary: {a}");
+
+    let resumed = d.root.join("resumed");
+    let partial = d.root.join("partial-resumed");
+    // Crash at step 35: the last checkpoint is step 30, mid-epoch; steps 31..35 are lost.
+    assert_eq!(run(&config, &resumed, Some(partial.clone()), Some(35)), RunEnd::Stopped(35));
+    assert!(partial.join("state.json").is_file());
+    assert!(!resumed.join(STEPS_FILE).exists(), "a crashed run writes no output");
+    let RunEnd::Finished(b) = run(&config, &resumed, Some(partial.clone()), None) else {
+        panic!("not finished")
+    };
+    assert!(!partial.exists());
+
+    let weights = |dir: &Path| std::fs::read(dir.join(CHECKPOINT_DIR).join("model.bpk")).unwrap();
+    assert!(weights(&straight) == weights(&resumed), "final weights differ");
+    assert_eq!(steps_content(&straight.join(STEPS_FILE)), steps_content(&resumed.join(STEPS_FILE)));
+    let (va, vb) = (read_table(&straight.join(VAL_FILE)), read_table(&resumed.join(VAL_FILE)));
+    // Every 15 steps, at the epoch end, and at the end of the run.
+    let val_steps = va.u64s("step");
+    assert!(val_steps.contains(&15) && val_steps.contains(&30), "{val_steps:?}");
+    assert_eq!(val_steps.last(), Some(&40));
+    assert_eq!(val_steps, vb.u64s("step"));
+    for column in ["loss", "labelwise", "exact_state", "trajectory"] {
+        assert_eq!(va.f64_bits(column), vb.f64_bits(column), "{column}");
+    }
+    for field in ["steps", "tokens", "epochs_done", "skipped_steps", "final_val", "best_val", "hparams"] {
+        assert_eq!(a[field], b[field], "{field}");
+    }
+    // Dropout is on, so a different seed gives different weights: the comparison has teeth.
+    let mut other = config.clone();
+    other.seed = 1;
+    let other_out = d.root.join("other-seed");
+    run(&other, &other_out, None, None);
+    assert!(weights(&other_out) != weights(&straight));
+    eprintln!("resume test: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// An absurd learning rate blows the weights up after the first update; every later batch has
+/// a non-finite loss and is skipped, counted and logged, and the weights stay as they were.
+#[test]
+fn non_finite_losses_are_skipped_counted_and_logged() {
+    let mut config = small(Family::SliceDiag);
+    config.steps = 6;
+    config.lr = 1e38;
+    config.log_every = 0;
+    let out = data().root.join("nan");
+    let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
+        panic!("not finished")
+    };
+    let steps = read_table(&out.join(STEPS_FILE));
+    let skipped = summary["skipped_steps"].as_u64().unwrap();
+    assert!(skipped >= 4, "{summary}");
+    assert_eq!(steps.u64s("step").len() as u64, skipped, "every skipped step is logged");
+    assert_eq!(*steps.u64s("step").last().unwrap(), 6);
+    assert_eq!(summary["optimizer_steps"].as_u64().unwrap() + skipped, 6);
+}
