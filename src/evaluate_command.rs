@@ -1,0 +1,87 @@
+//! `cwm evaluate`: a checkpoint over tokenized games or reference JSONL shards, without a
+//! pipeline. A thin wrapper over `cwm_stage_evaluate::evaluate`, the function the `evaluate`
+//! stage runs.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use cwm_stage::Progress;
+use cwm_stage_evaluate::{EvaluateOptions, evaluate};
+
+/// `cwm evaluate`: the reference metrics of a checkpoint on a data set.
+#[derive(Args)]
+pub struct EvaluateArgs {
+    /// Checkpoint directory (model.json + model.bpk), or a train artifact holding checkpoint/.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// A tokenize artifact directory or shard file, or reference JSONL (a chess_*.jsonl
+    /// directory or one .jsonl file).
+    #[arg(long)]
+    data: PathBuf,
+    /// Output directory: timesteps.parquet, games.parquet, summary.json.
+    #[arg(long)]
+    out: PathBuf,
+    /// Split label written into the summary.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// Games per batch.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Evaluate at most N games (0 = all).
+    #[arg(long, default_value_t = 0)]
+    max_games: u64,
+    /// Keep the first N tokens of each game, START included (0 = full games).
+    #[arg(long, default_value_t = 0)]
+    max_steps: usize,
+}
+
+/// Runs `cwm evaluate`.
+pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
+    let started = Instant::now();
+    let options = EvaluateOptions {
+        split: args.split.clone(),
+        batch_size: args.batch_size,
+        max_games: args.max_games,
+        max_steps: args.max_steps,
+        threads,
+        model_hash: None,
+        data_hash: None,
+    };
+    let summary = evaluate(
+        &args.checkpoint,
+        &args.data,
+        &args.out,
+        &options,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .with_context(|| {
+        format!(
+            "evaluating {} on {}",
+            args.checkpoint.display(),
+            args.data.display()
+        )
+    })?;
+    println!(
+        "{} {} on {}: {} games, {} steps in {:.1}s → {}",
+        summary.arch,
+        summary.size,
+        summary.split,
+        summary.games,
+        summary.steps,
+        started.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    println!(
+        "  loss {:.5}  labelwise {:.5}  exact_state {:.5}  trajectory {:.5} ({}/{})",
+        summary.loss,
+        summary.labelwise,
+        summary.exact_state,
+        summary.trajectory,
+        summary.exact_games,
+        summary.games
+    );
+    Ok(())
+}

@@ -1,0 +1,690 @@
+//! The `evaluate` stage: a model checkpoint over tokenized games, with the reference's metrics
+//! (spec A.4, A.5) and per-step and per-game tables.
+//!
+//! * **Inputs** `model` (a `train` artifact, whose `checkpoint/` holds `model.json` +
+//!   `model.bpk`, or a checkpoint directory itself) and `data` (a `tokenize` artifact).
+//! * **Params** `split` (the label reports use), `batch_size` (32), `max_games` (0 = all),
+//!   `max_steps` (0 = full games; otherwise each game keeps its first `max_steps` tokens and
+//!   labels, START included, as the reference's truncation), `threads` (0 = all).
+//! * **Output** `out`: `timesteps.parquet`, `games.parquet` and `summary.json`
+//!   ([`EvaluateSummary`]); see [`crate::tables`] for the columns.
+//!
+//! Games stream in file order, `batch_size` at a time, right-padded with `PAD` like the
+//! reference's collate function; memory is bounded by one batch. The model runs on a plain
+//! (non-autodiff) device, where dropout is off. The loss and metrics are the reference's:
+//! [`cwm_models::step_cross_entropy`] (the per-step sum [`cwm_models::state_loss`] masks and
+//! sums), [`cwm_models::correct_counts`] and [`cwm_models::StateMetrics`] (micro-averages over
+//! valid steps, t = 0 included; trajectory exactness over games).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Lines};
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use cwm_models::checkpoint::CONFIG_FILE;
+use cwm_models::{
+    LABEL_GROUPS, Model, ModelConfig, N_LABELS, PAD_TOKEN, StateMetrics, StateModel,
+    correct_counts, load_model, params_of, step_cross_entropy,
+};
+use cwm_stage::{
+    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
+    StageError, StageKind, Threads,
+};
+use cwm_stages_data::{ShardReader, TokenizedGame};
+use serde::{Deserialize, Serialize};
+
+use crate::EvalError;
+use crate::tables::{GameRow, SUMMARY_FILE, StepRow, TableWriters, write_atomically};
+
+/// Width of the prefix bins the summary's metrics accumulator keeps (the reference's default).
+const BIN_SIZE: usize = 20;
+
+/// What to evaluate and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvaluateOptions {
+    /// The split label written into the summary (`test_real`, `val`, ...).
+    pub split: String,
+    /// Games per batch (at least 1).
+    pub batch_size: usize,
+    /// Evaluate at most this many games (0 = all).
+    pub max_games: u64,
+    /// Keep the first `max_steps` tokens of each game (0 = all).
+    pub max_steps: usize,
+    /// Worker threads for the backend (0 = rayon's default).
+    pub threads: usize,
+    /// The model artifact's hash, when known.
+    pub model_hash: Option<String>,
+    /// The data artifact's hash, when known.
+    pub data_hash: Option<String>,
+}
+
+impl Default for EvaluateOptions {
+    fn default() -> Self {
+        Self {
+            split: "test".to_owned(),
+            batch_size: 32,
+            max_games: 0,
+            max_steps: 0,
+            threads: 0,
+            model_hash: None,
+            data_hash: None,
+        }
+    }
+}
+
+/// `summary.json` of an evaluate artifact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluateSummary {
+    /// Always `"evaluate"`.
+    pub kind: String,
+    /// The split label.
+    pub split: String,
+    /// The model family's canonical name.
+    pub arch: String,
+    /// The model size's canonical name (`d128`, ...).
+    pub size: String,
+    /// The model's parameter count.
+    pub params: u64,
+    /// The model artifact's hash, or null.
+    pub model_hash: Option<String>,
+    /// The data artifact's hash, or null.
+    pub data_hash: Option<String>,
+    /// Games evaluated.
+    pub games: u64,
+    /// Valid steps evaluated (t = 0 included).
+    pub steps: u64,
+    /// Σ cross-entropy / (75 · steps): the reference's `loss`.
+    pub loss: f64,
+    /// Mean fraction of correct labels over valid steps (`partial_exact`).
+    pub labelwise: f64,
+    /// Fraction of valid steps with all 75 labels right (`full_exact`).
+    pub exact_state: f64,
+    /// Fraction of games with every step exact (`game_exact`).
+    pub trajectory: f64,
+    /// Games with every step exact (`game_exact_num`).
+    #[serde(default)]
+    pub exact_games: u64,
+    /// The truncation used (0 = none).
+    #[serde(default)]
+    pub max_steps: u64,
+}
+
+/// The checkpoint directory of `path`: `path` itself when it holds `model.json`, else its
+/// `checkpoint/` subdirectory (a `train` artifact).
+///
+/// # Errors
+/// [`EvalError::Format`] when neither holds `model.json`.
+pub fn checkpoint_dir(path: &Path) -> Result<PathBuf, EvalError> {
+    if path.join(CONFIG_FILE).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    let nested = path.join("checkpoint");
+    if nested.join(CONFIG_FILE).is_file() {
+        return Ok(nested);
+    }
+    Err(EvalError::format(
+        path,
+        format!("holds no checkpoint: neither {CONFIG_FILE} nor checkpoint/{CONFIG_FILE}"),
+    ))
+}
+
+/// Evaluation games, from `tokenize` shards or from reference JSONL shards (spec E.6).
+pub enum GameSource {
+    /// The shards of a `tokenize` artifact, or one shard file.
+    Shards(ShardReader),
+    /// Reference JSONL files, read line by line (moves and states are taken as written).
+    Jsonl {
+        /// Files still to read.
+        files: std::vec::IntoIter<PathBuf>,
+        /// The file being read, its lines and the number of the last line read.
+        current: Option<(PathBuf, Lines<BufReader<File>>, u64)>,
+    },
+}
+
+impl std::fmt::Debug for GameSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GameSource::Shards(reader) => f.debug_tuple("Shards").field(reader).finish(),
+            GameSource::Jsonl { current, .. } => f
+                .debug_struct("Jsonl")
+                .field("current", &current.as_ref().map(|c| &c.0))
+                .finish(),
+        }
+    }
+}
+
+impl GameSource {
+    /// Opens `path`: a file named `*.jsonl` or a directory holding `chess_*.jsonl` files is read
+    /// as reference JSONL; anything else as `tokenize` shards (decoded `batch_games` at a time).
+    ///
+    /// # Errors
+    /// [`EvalError::Data`] when the path cannot be listed or holds no data file.
+    pub fn open(path: &Path, batch_games: usize) -> Result<GameSource, EvalError> {
+        let is_jsonl_file = path.is_file()
+            && path
+                .extension()
+                .is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl"));
+        if is_jsonl_file {
+            return Ok(GameSource::Jsonl {
+                files: vec![path.to_path_buf()].into_iter(),
+                current: None,
+            });
+        }
+        if path.is_dir() {
+            let files = cwm_stages_data::jsonl::jsonl_shards(path)?;
+            if !files.is_empty() {
+                return Ok(GameSource::Jsonl {
+                    files: files.into_iter(),
+                    current: None,
+                });
+            }
+        }
+        Ok(GameSource::Shards(ShardReader::open(path, batch_games)?))
+    }
+
+    /// Number of games, when it can be known without reading them (tokenize shards).
+    pub fn count(path: &Path) -> Option<u64> {
+        let is_jsonl = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl"))
+            || (path.is_dir()
+                && cwm_stages_data::jsonl::jsonl_shards(path).is_ok_and(|f| !f.is_empty()));
+        if is_jsonl {
+            None
+        } else {
+            ShardReader::count_games(path).ok()
+        }
+    }
+
+    fn next_jsonl(
+        files: &mut std::vec::IntoIter<PathBuf>,
+        current: &mut Option<(PathBuf, Lines<BufReader<File>>, u64)>,
+    ) -> Option<Result<TokenizedGame, EvalError>> {
+        loop {
+            if current.is_none() {
+                let file = files.next()?;
+                match File::open(&file) {
+                    Ok(f) => *current = Some((file, BufReader::new(f).lines(), 0)),
+                    Err(e) => return Some(Err(EvalError::io(&file, e))),
+                }
+            }
+            let (path, lines, line_no) = current.as_mut()?;
+            match lines.next() {
+                None => *current = None,
+                Some(Err(e)) => return Some(Err(EvalError::io(path.as_path(), e))),
+                Some(Ok(line)) => {
+                    *line_no += 1;
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    return Some(jsonl_game(path.as_path(), *line_no, &line));
+                }
+            }
+        }
+    }
+}
+
+/// One JSONL line as a tokenized game.
+fn jsonl_game(path: &Path, line_no: u64, line: &str) -> Result<TokenizedGame, EvalError> {
+    let example = cwm_chess::jsonl::parse_example_line(line)
+        .map_err(|e| EvalError::format(path, format!("line {line_no}: {e}")))?;
+    if example.moves.is_empty() || example.moves.len() != example.states.len() {
+        return Err(EvalError::format(
+            path,
+            format!(
+                "line {line_no}: example {:?} has {} moves but {} states",
+                example.example_id,
+                example.moves.len(),
+                example.states.len()
+            ),
+        ));
+    }
+    Ok(TokenizedGame {
+        id: example.example_id,
+        moves: example.moves,
+        states: example.states.iter().flatten().copied().collect(),
+    })
+}
+
+impl Iterator for GameSource {
+    type Item = Result<TokenizedGame, EvalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            GameSource::Shards(reader) => reader.next().map(|r| r.map_err(EvalError::from)),
+            GameSource::Jsonl { files, current } => {
+                let item = Self::next_jsonl(files, current);
+                if matches!(item, Some(Err(_))) {
+                    *current = None;
+                    *files = Vec::new().into_iter();
+                }
+                item
+            }
+        }
+    }
+}
+
+/// The results of one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchResult {
+    /// One row per game.
+    pub games: Vec<GameRow>,
+    /// The rows of each game's valid steps.
+    pub steps: Vec<Vec<StepRow>>,
+    /// [`correct_counts`] of the padded batch, row-major `[games, seq_len]`.
+    pub correct: Vec<i64>,
+    /// The padded length.
+    pub seq_len: usize,
+    /// Valid steps of each game.
+    pub lengths: Vec<usize>,
+    /// Σ over valid steps of the cross-entropy summed over the 75 labels.
+    pub loss_sum: f64,
+    /// 75 × the number of valid steps.
+    pub loss_denom: f64,
+}
+
+fn read_i64(tensor: Tensor<2, Int>, what: &str) -> Result<Vec<i64>, EvalError> {
+    tensor
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .map_err(|e| EvalError::Invalid(format!("cannot read back {what}: {e:?}")))
+}
+
+/// Runs `model` on one batch of games (each truncated to `max_steps` tokens when non-zero)
+/// and computes every step's correct counts per label group and its loss.
+///
+/// # Errors
+/// [`EvalError::Model`] when the model or the loss fails; [`EvalError::Invalid`] when a
+/// game's labels do not fit its moves or the group counts disagree with the total.
+pub fn evaluate_batch(
+    model: &Model,
+    games: &[TokenizedGame],
+    max_steps: usize,
+    device: &Device,
+) -> Result<BatchResult, EvalError> {
+    let lengths: Vec<usize> = games
+        .iter()
+        .map(|g| match max_steps {
+            0 => g.moves.len(),
+            cap => g.moves.len().min(cap),
+        })
+        .collect();
+    let batch = games.len();
+    let seq_len = lengths.iter().copied().max().unwrap_or(0);
+    if batch == 0 || seq_len == 0 {
+        return Ok(BatchResult {
+            games: Vec::new(),
+            steps: Vec::new(),
+            correct: Vec::new(),
+            seq_len: 0,
+            lengths,
+            loss_sum: 0.0,
+            loss_denom: 0.0,
+        });
+    }
+    let mut moves = vec![PAD_TOKEN; batch * seq_len];
+    let mut targets = vec![0i64; batch * seq_len * N_LABELS];
+    for (b, (game, &len)) in games.iter().zip(&lengths).enumerate() {
+        if game.states.len() != game.moves.len() * N_LABELS {
+            return Err(EvalError::Invalid(format!(
+                "game {:?}: {} moves but {} label bytes",
+                game.id,
+                game.moves.len(),
+                game.states.len()
+            )));
+        }
+        for (slot, &token) in moves[b * seq_len..b * seq_len + len]
+            .iter_mut()
+            .zip(&game.moves)
+        {
+            *slot = i64::from(token);
+        }
+        let start = b * seq_len * N_LABELS;
+        for (slot, &label) in targets[start..start + len * N_LABELS]
+            .iter_mut()
+            .zip(&game.states)
+        {
+            *slot = i64::from(label);
+        }
+    }
+    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq_len]), device);
+    let targets =
+        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq_len, N_LABELS]), device);
+    let logits = model.logits(moves);
+    let model_err = |e| EvalError::model("evaluation batch", e);
+    let per_step = step_cross_entropy(logits.clone(), targets.clone())
+        .map_err(model_err)?
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .map_err(|e| EvalError::Invalid(format!("cannot read back the loss: {e:?}")))?;
+    let correct = read_i64(
+        correct_counts(logits.clone(), targets.clone()).map_err(model_err)?,
+        "correct counts",
+    )?;
+    // Correct labels per output group, in LABEL_GROUPS order.
+    let mut group_hits: Vec<Vec<i64>> = Vec::with_capacity(LABEL_GROUPS.len());
+    for group in LABEL_GROUPS {
+        let predicted = logits
+            .clone()
+            .narrow(2, group.logit_offset, group.n_logits())
+            .reshape([batch, seq_len, group.n_labels, group.n_classes])
+            .argmax(3)
+            .reshape([batch, seq_len, group.n_labels]);
+        let hits = predicted
+            .equal(targets.clone().narrow(2, group.first_label, group.n_labels))
+            .int()
+            .sum_dim(2)
+            .reshape([batch, seq_len]);
+        group_hits.push(read_i64(hits, group.name)?);
+    }
+    let [pieces, side, castle, ep_file, ep_rank, halfmove, fullmove] = &group_hits[..] else {
+        return Err(EvalError::Invalid("expected seven label groups".into()));
+    };
+    let mut loss_sum = 0.0f64;
+    let mut rows = Vec::with_capacity(batch);
+    let mut steps = Vec::with_capacity(batch);
+    for (b, (game, &len)) in games.iter().zip(&lengths).enumerate() {
+        let mut game_steps = Vec::with_capacity(len);
+        for t in 0..len {
+            let i = b * seq_len + t;
+            let step = StepRow {
+                t: t as u32,
+                n_correct: correct[i] as u8,
+                board: pieces[i] as u8,
+                side: side[i] == 1,
+                castling: castle[i] as u8,
+                en_passant: (ep_file[i] + ep_rank[i]) as u8,
+                halfmove: halfmove[i] as u8,
+                fullmove: fullmove[i] as u8,
+                loss: per_step[i] / N_LABELS as f32,
+            };
+            let by_group = pieces[i]
+                + side[i]
+                + castle[i]
+                + ep_file[i]
+                + ep_rank[i]
+                + halfmove[i]
+                + fullmove[i];
+            if by_group != correct[i] {
+                return Err(EvalError::Invalid(format!(
+                    "game {:?} step {t}: label groups count {by_group} correct, the total {}",
+                    game.id, correct[i]
+                )));
+            }
+            loss_sum += f64::from(per_step[i]);
+            game_steps.push(step);
+        }
+        let exact_steps = game_steps
+            .iter()
+            .filter(|s| usize::from(s.n_correct) == N_LABELS)
+            .count() as u32;
+        rows.push(GameRow {
+            game_id: game.id.clone(),
+            plies: game.plies() as u32,
+            steps: len as u32,
+            exact_steps,
+            all_exact: exact_steps as usize == len,
+        });
+        steps.push(game_steps);
+    }
+    let valid: usize = lengths.iter().sum();
+    Ok(BatchResult {
+        games: rows,
+        steps,
+        correct,
+        seq_len,
+        lengths,
+        loss_sum,
+        loss_denom: (valid * N_LABELS) as f64,
+    })
+}
+
+/// Evaluates the checkpoint at `model_path` (a checkpoint directory or a `train` artifact) on
+/// the games at `data` (see [`GameSource::open`]) and writes `timesteps.parquet`,
+/// `games.parquet` and `summary.json` into `out_dir` (created if needed). Each file appears
+/// under its name only when complete; the summary is written last.
+///
+/// # Errors
+/// [`EvalError`] for a missing or bad checkpoint, unreadable data, write errors or
+/// cancellation.
+pub fn evaluate(
+    model_path: &Path,
+    data: &Path,
+    out_dir: &Path,
+    options: &EvaluateOptions,
+    progress: &Progress,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<EvaluateSummary, EvalError> {
+    if options.batch_size == 0 {
+        return Err(EvalError::Invalid("batch_size must be positive".into()));
+    }
+    let checkpoint = checkpoint_dir(model_path)?;
+    std::fs::create_dir_all(out_dir).map_err(|e| EvalError::io(out_dir, e))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(options.threads)
+        .build()
+        .map_err(|e| {
+            EvalError::Invalid(format!("cannot start {} threads: {e}", options.threads))
+        })?;
+    pool.install(|| {
+        let device = Device::flex();
+        let (model, config) = load_model(&checkpoint, &device)
+            .map_err(|e| EvalError::model(checkpoint.display().to_string(), e))?;
+        run_evaluation(
+            &model, &config, data, out_dir, options, &device, progress, cancelled,
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_evaluation(
+    model: &Model,
+    config: &ModelConfig,
+    data: &Path,
+    out_dir: &Path,
+    options: &EvaluateOptions,
+    device: &Device,
+    progress: &Progress,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<EvaluateSummary, EvalError> {
+    if let Some(total) = GameSource::count(data) {
+        let total = match options.max_games {
+            0 => total,
+            cap => total.min(cap),
+        };
+        progress.set_total(total);
+    }
+    let mut source = GameSource::open(data, options.batch_size)?;
+    let mut metrics = StateMetrics::new(BIN_SIZE).map_err(|e| EvalError::model("metrics", e))?;
+    let mut writers = TableWriters::create(out_dir)?;
+    let mut batch: Vec<TokenizedGame> = Vec::with_capacity(options.batch_size);
+    let mut taken = 0u64;
+    loop {
+        batch.clear();
+        while batch.len() < options.batch_size
+            && (options.max_games == 0 || taken < options.max_games)
+        {
+            match source.next() {
+                Some(game) => {
+                    batch.push(game?);
+                    taken += 1;
+                }
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        if cancelled() {
+            return Err(EvalError::Cancelled);
+        }
+        let result = evaluate_batch(model, &batch, options.max_steps, device)?;
+        metrics
+            .add_batch(
+                &result.correct,
+                result.seq_len,
+                &result.lengths,
+                result.loss_sum,
+                result.loss_denom,
+            )
+            .map_err(|e| EvalError::model("metrics", e))?;
+        writers.append(&result.games, &result.steps)?;
+        progress.inc(batch.len() as u64);
+    }
+    writers.finish()?;
+    let (exact_games, games) = metrics.game_exact_counts();
+    let summary = EvaluateSummary {
+        kind: "evaluate".to_owned(),
+        split: options.split.clone(),
+        arch: config.family.name().to_owned(),
+        size: config.size.name().to_owned(),
+        params: params_of(config).map_err(|e| EvalError::model("parameter count", e))? as u64,
+        model_hash: options.model_hash.clone(),
+        data_hash: options.data_hash.clone(),
+        games,
+        steps: metrics.n_steps(),
+        loss: metrics.loss(),
+        labelwise: metrics.partial_exact(),
+        exact_state: metrics.full_exact(),
+        trajectory: metrics.game_exact(),
+        exact_games,
+        max_steps: options.max_steps as u64,
+    };
+    let mut text = serde_json::to_string_pretty(&summary)
+        .map_err(|e| EvalError::Invalid(format!("cannot serialize the summary: {e}")))?;
+    text.push('\n');
+    write_atomically(&out_dir.join(SUMMARY_FILE), &text)?;
+    Ok(summary)
+}
+
+/// The `evaluate` stage kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EvaluateStage;
+
+const PARAMS: &[ParamSpec] = &[
+    ParamSpec::required(
+        "split",
+        ParamType::Str,
+        "label of the evaluated split in reports (test_real, test_random, val, ...)",
+    ),
+    ParamSpec::with_default(
+        "batch_size",
+        ParamType::Int,
+        ParamDefault::Int(32),
+        "games per batch",
+    ),
+    ParamSpec::with_default(
+        "max_games",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "evaluate at most this many games (0 = all)",
+    ),
+    ParamSpec::with_default(
+        "max_steps",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "keep the first N tokens of each game, START included (0 = full games)",
+    ),
+    ParamSpec::with_default(
+        "threads",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "worker threads (0 = all the executor has)",
+    ),
+];
+
+const INPUTS: &[InputSpec] = &[
+    InputSpec::one(
+        "model",
+        "a train artifact (checkpoint/ inside) or a checkpoint directory (model.json + model.bpk)",
+    ),
+    InputSpec::one("data", "a tokenize artifact"),
+];
+
+fn uint_param(params: &Params, name: &str) -> Result<u64, StageError> {
+    params.uint(name)
+}
+
+impl StageKind for EvaluateStage {
+    fn name(&self) -> &'static str {
+        "evaluate"
+    }
+
+    fn doc(&self) -> &'static str {
+        "evaluates a trained model on tokenized games: per-step and per-game tables and the reference metrics"
+    }
+
+    fn fingerprint(&self) -> String {
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/evaluate.rs",
+                    "src/tables.rs",
+                ],
+            ),
+            cwm_models::SOURCE_FINGERPRINT,
+            cwm_stages_data::SOURCE_FINGERPRINT,
+            cwm_chess::SOURCE_FINGERPRINT,
+        ])
+    }
+
+    fn params(&self) -> &'static [ParamSpec] {
+        PARAMS
+    }
+
+    fn inputs(&self) -> InputsDecl {
+        InputsDecl::Named(INPUTS)
+    }
+
+    fn threads(&self, params: &Params) -> Threads {
+        match params.int("threads") {
+            Ok(n) if n > 0 => Threads::Fixed(n as usize),
+            _ => Threads::All,
+        }
+    }
+
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        let params = ctx.params();
+        let batch_size = uint_param(params, "batch_size")?;
+        if batch_size == 0 {
+            return Err(StageError::Param("batch_size must be positive".into()));
+        }
+        let hash = |name: &str| ctx.input_list(name).first().map(|a| a.hash.clone());
+        let options = EvaluateOptions {
+            split: params.str("split")?.to_owned(),
+            batch_size: batch_size as usize,
+            max_games: uint_param(params, "max_games")?,
+            max_steps: uint_param(params, "max_steps")? as usize,
+            threads: ctx.threads(),
+            model_hash: hash("model"),
+            data_hash: hash("data"),
+        };
+        let summary = evaluate(
+            ctx.input("model")?,
+            ctx.input("data")?,
+            ctx.output("out")?,
+            &options,
+            ctx.progress(),
+            &|| ctx.is_cancelled(),
+        )?;
+        ctx.log().line(format!(
+            "{} {} on {}: {} games, {} steps, loss {:.4}, labelwise {:.4}, exact_state {:.4}, trajectory {:.4}",
+            summary.arch,
+            summary.size,
+            summary.split,
+            summary.games,
+            summary.steps,
+            summary.loss,
+            summary.labelwise,
+            summary.exact_state,
+            summary.trajectory
+        ));
+        Ok(())
+    }
+}

@@ -1,0 +1,447 @@
+//! `evaluate` end to end on tokenized games of the shipped sample, with a freshly initialised
+//! model: the summary against the tables recomputed by hand, against `state_loss` and
+//! `StateMetrics` on the same batch, truncation, and the JSONL input path.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, BooleanArray, Float32Array, StringArray, UInt8Array, UInt32Array};
+use burn::prelude::*;
+use cwm_models::{
+    Family, Model, ModelConfig, N_LABELS, PAD_TOKEN, Size, StateMetrics, StateModel,
+    correct_counts, save_model, state_loss, valid_mask,
+};
+use cwm_stage::Progress;
+use cwm_stage_evaluate::{EvaluateOptions, EvaluateSummary, evaluate};
+use cwm_stages_data::{
+    IdKeySource, OutputFormat, ProcessOptions, ShardReader, TokenizeOptions, TokenizedGame,
+    export_jsonl, process_pgn, tokenize_games,
+};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// A temp directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("cwm-evaluate-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The first `games` games of the shipped sample: (games table dir, tokenize dir).
+fn sample_data(dir: &Path, games: u64) -> (PathBuf, PathBuf) {
+    let pgn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/lichess_db_1000k.pgn.zst");
+    let games_dir = dir.join("games");
+    process_pgn(&ProcessOptions {
+        pgn,
+        out_dir: games_dir.clone(),
+        format: OutputFormat::Parquet,
+        max_games: games,
+        threads: 1,
+        id_key: IdKeySource::resolve(Some("test-key")),
+        ..ProcessOptions::default()
+    })
+    .expect("process the sample");
+    let tokens = dir.join("tokens");
+    tokenize_games(
+        &games_dir,
+        &tokens,
+        &TokenizeOptions {
+            shard_games: 4,
+            threads: 1,
+            ..TokenizeOptions::default()
+        },
+        &Progress::disabled(),
+        &|| false,
+    )
+    .expect("tokenize");
+    (games_dir, tokens)
+}
+
+/// A freshly initialised Transformer d128 saved as a checkpoint.
+fn checkpoint(dir: &Path) -> (PathBuf, Model) {
+    let config = ModelConfig::new(Family::Transformer, Size::D128);
+    let model = Model::init(&config, &Device::flex()).unwrap();
+    let path = dir.join("ckpt");
+    save_model(&path, &model, &config).unwrap();
+    (path, model)
+}
+
+fn run(model: &Path, data: &Path, out: &Path, options: &EvaluateOptions) -> EvaluateSummary {
+    evaluate(model, data, out, options, &Progress::disabled(), &|| false).expect("evaluate")
+}
+
+fn read_batches(path: &Path) -> Vec<arrow::array::RecordBatch> {
+    ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn col<'a, T: 'static>(batch: &'a arrow::array::RecordBatch, name: &str) -> &'a T {
+    batch
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("column {name}"))
+        .as_any()
+        .downcast_ref::<T>()
+        .unwrap_or_else(|| panic!("column {name} type"))
+}
+
+#[derive(Debug, Default)]
+struct Recount {
+    steps: u64,
+    exact: u64,
+    correct: u64,
+    ce_sum: f64,
+    per_game: BTreeMap<String, (u32, u32, u32)>, // steps, exact steps, next expected t
+}
+
+fn recount(out: &Path) -> Recount {
+    let mut r = Recount::default();
+    let mut order = Vec::new();
+    for batch in read_batches(&out.join("timesteps.parquet")) {
+        let ids: &StringArray = col(&batch, "game_id");
+        let t: &UInt32Array = col(&batch, "t");
+        let n: &UInt8Array = col(&batch, "n_correct");
+        let board: &UInt8Array = col(&batch, "board");
+        let side: &BooleanArray = col(&batch, "side");
+        let castling: &UInt8Array = col(&batch, "castling");
+        let ep: &UInt8Array = col(&batch, "en_passant");
+        let half: &UInt8Array = col(&batch, "halfmove");
+        let full: &UInt8Array = col(&batch, "fullmove");
+        let exact: &BooleanArray = col(&batch, "exact");
+        let loss: &Float32Array = col(&batch, "loss");
+        for i in 0..batch.num_rows() {
+            let groups = u32::from(board.value(i))
+                + u32::from(side.value(i))
+                + u32::from(castling.value(i))
+                + u32::from(ep.value(i))
+                + u32::from(half.value(i))
+                + u32::from(full.value(i));
+            assert_eq!(
+                groups,
+                u32::from(n.value(i)),
+                "row {i}: groups sum to n_correct"
+            );
+            assert!(board.value(i) <= 64 && castling.value(i) <= 4 && ep.value(i) <= 2);
+            assert!(half.value(i) <= 2 && full.value(i) <= 2);
+            let is_exact = usize::from(n.value(i)) == N_LABELS;
+            assert_eq!(exact.value(i), is_exact);
+            r.steps += 1;
+            r.exact += u64::from(is_exact);
+            r.correct += u64::from(n.value(i));
+            r.ce_sum += f64::from(loss.value(i)) * N_LABELS as f64;
+            let id = ids.value(i).to_owned();
+            if !r.per_game.contains_key(&id) {
+                order.push(id.clone());
+            }
+            let entry = r.per_game.entry(id).or_default();
+            assert_eq!(
+                t.value(i),
+                entry.2,
+                "steps of a game are consecutive from t = 0"
+            );
+            entry.0 += 1;
+            entry.1 += u32::from(is_exact);
+            entry.2 += 1;
+        }
+    }
+    r
+}
+
+#[test]
+fn summary_matches_the_tables_recomputed_by_hand() {
+    let scratch = Scratch::new("recount");
+    let (_, tokens) = sample_data(&scratch.0, 10);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let out = scratch.0.join("out");
+    let options = EvaluateOptions {
+        split: "test_real".into(),
+        batch_size: 4, // 10 games: two full batches and a partial one
+        data_hash: Some("abc".into()),
+        ..EvaluateOptions::default()
+    };
+    let summary = run(&ckpt, &tokens, &out, &options);
+    assert_eq!(summary.kind, "evaluate");
+    assert_eq!(summary.split, "test_real");
+    assert_eq!(
+        (summary.arch.as_str(), summary.size.as_str()),
+        ("transformer", "d128")
+    );
+    assert_eq!(summary.params, 3_128_150);
+    assert_eq!(summary.data_hash.as_deref(), Some("abc"));
+    assert_eq!(summary.model_hash, None);
+    // The summary on disk is the one returned.
+    let on_disk: EvaluateSummary =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(on_disk, summary);
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let r = recount(&out);
+    assert_eq!(summary.games, 10);
+    assert_eq!(r.per_game.len(), 10);
+    assert_eq!(summary.steps, r.steps);
+    assert_eq!(summary.exact_state, r.exact as f64 / r.steps as f64);
+    let labelwise = r.correct as f64 / 75.0 / r.steps as f64;
+    assert!(
+        (summary.labelwise - labelwise).abs() < 1e-12,
+        "{} vs {labelwise}",
+        summary.labelwise
+    );
+    assert!(summary.labelwise > 0.0 && summary.labelwise < 1.0);
+    let loss = r.ce_sum / (75.0 * r.steps as f64);
+    assert!(
+        (summary.loss - loss).abs() < 1e-5 * loss,
+        "{} vs {loss}",
+        summary.loss
+    );
+    assert!(summary.loss > 0.0);
+
+    // games.parquet agrees with the per-step rows; trajectory from it.
+    let mut tokens_by_id = BTreeMap::new();
+    for game in ShardReader::open(&tokens, 8).unwrap() {
+        let game = game.unwrap();
+        tokens_by_id.insert(game.id.clone(), game.plies() as u32);
+    }
+    let mut games = 0u64;
+    let mut all_exact = 0u64;
+    for batch in read_batches(&out.join("games.parquet")) {
+        let ids: &StringArray = col(&batch, "game_id");
+        let plies: &UInt32Array = col(&batch, "plies");
+        let steps: &UInt32Array = col(&batch, "steps");
+        let exact_steps: &UInt32Array = col(&batch, "exact_steps");
+        let exact: &BooleanArray = col(&batch, "all_exact");
+        for i in 0..batch.num_rows() {
+            let (n, e, _) = r.per_game[ids.value(i)];
+            assert_eq!(steps.value(i), n);
+            assert_eq!(exact_steps.value(i), e);
+            assert_eq!(plies.value(i), tokens_by_id[ids.value(i)]);
+            assert_eq!(steps.value(i), plies.value(i) + 1, "no truncation");
+            assert_eq!(exact.value(i), e == n);
+            games += 1;
+            all_exact += u64::from(e == n);
+        }
+    }
+    assert_eq!(games, summary.games);
+    assert_eq!(summary.trajectory, all_exact as f64 / games as f64);
+    assert_eq!(summary.exact_games, all_exact);
+}
+
+/// Pads a batch like the reference's collate function: PAD ids, all-zero targets.
+fn padded(
+    games: &[TokenizedGame],
+    device: &Device,
+) -> (Tensor<2, Int>, Tensor<3, Int>, Vec<usize>) {
+    let lengths: Vec<usize> = games.iter().map(|g| g.moves.len()).collect();
+    let seq = *lengths.iter().max().unwrap();
+    let mut moves = Vec::new();
+    let mut targets = Vec::new();
+    for g in games {
+        moves.extend(g.moves.iter().map(|&m| i64::from(m)));
+        moves.extend(std::iter::repeat_n(PAD_TOKEN, seq - g.moves.len()));
+        targets.extend(g.states.iter().map(|&s| i64::from(s)));
+        targets.extend(std::iter::repeat_n(0, (seq - g.moves.len()) * N_LABELS));
+    }
+    (
+        Tensor::from_data(TensorData::new(moves, [games.len(), seq]), device),
+        Tensor::from_data(
+            TensorData::new(targets, [games.len(), seq, N_LABELS]),
+            device,
+        ),
+        lengths,
+    )
+}
+
+#[test]
+fn metrics_equal_state_loss_and_state_metrics_on_the_same_batch() {
+    let scratch = Scratch::new("direct");
+    let (_, tokens) = sample_data(&scratch.0, 6);
+    let (ckpt, model) = checkpoint(&scratch.0);
+    let device = Device::flex();
+    let games: Vec<TokenizedGame> = ShardReader::open(&tokens, 8)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(games.len(), 6);
+    let (moves, targets, lengths) = padded(&games, &device);
+    let seq = moves.dims()[1];
+    let logits = model.logits(moves);
+    let loss = state_loss(
+        logits.clone(),
+        targets.clone(),
+        valid_mask(&lengths, seq, &device).unwrap(),
+    )
+    .unwrap();
+    let mut direct = StateMetrics::new(20).unwrap();
+    direct
+        .add_tensors(correct_counts(logits, targets).unwrap(), &lengths, &loss)
+        .unwrap();
+    let direct_loss = loss
+        .loss
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .unwrap()[0];
+
+    for batch_size in [6, 4] {
+        let out = scratch.0.join(format!("out{batch_size}"));
+        let summary = run(
+            &ckpt,
+            &tokens,
+            &out,
+            &EvaluateOptions {
+                split: "val".into(),
+                batch_size,
+                ..EvaluateOptions::default()
+            },
+        );
+        assert_eq!(summary.steps, direct.n_steps(), "batch {batch_size}");
+        assert_eq!(summary.games, 6);
+        assert_eq!(
+            summary.exact_state,
+            direct.full_exact(),
+            "batch {batch_size}"
+        );
+        assert_eq!(
+            summary.labelwise,
+            direct.partial_exact(),
+            "batch {batch_size}"
+        );
+        assert_eq!(
+            summary.trajectory,
+            direct.game_exact(),
+            "batch {batch_size}"
+        );
+        assert!(
+            (summary.loss - direct_loss).abs() < 1e-5 * direct_loss,
+            "batch {batch_size}: {} vs {direct_loss}",
+            summary.loss
+        );
+        assert!((summary.loss - direct.loss()).abs() < 1e-5 * direct_loss);
+    }
+}
+
+#[test]
+fn max_steps_and_max_games_truncate_like_the_reference() {
+    let scratch = Scratch::new("truncate");
+    let (_, tokens) = sample_data(&scratch.0, 5);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let out = scratch.0.join("out");
+    let summary = run(
+        &ckpt,
+        &tokens,
+        &out,
+        &EvaluateOptions {
+            split: "val".into(),
+            batch_size: 2,
+            max_games: 3,
+            max_steps: 7,
+            ..EvaluateOptions::default()
+        },
+    );
+    assert_eq!(summary.games, 3);
+    assert_eq!(
+        summary.steps, 21,
+        "every sample game has more than 7 tokens"
+    );
+    assert_eq!(summary.max_steps, 7);
+    let r = recount(&out);
+    assert_eq!(r.steps, 21);
+    assert!(r.per_game.values().all(|&(n, _, _)| n == 7));
+}
+
+#[test]
+fn reference_jsonl_input_gives_the_same_results_as_tokenize_shards() {
+    let scratch = Scratch::new("jsonl");
+    let (games_dir, tokens) = sample_data(&scratch.0, 7);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let jsonl = scratch.0.join("jsonl");
+    let shards = export_jsonl(&games_dir, &jsonl, 3, 1).unwrap();
+    assert_eq!(shards.len(), 3);
+    let options = EvaluateOptions {
+        split: "test_real".into(),
+        batch_size: 5,
+        ..EvaluateOptions::default()
+    };
+    let from_shards = run(&ckpt, &tokens, &scratch.0.join("a"), &options);
+    let from_jsonl = run(&ckpt, &jsonl, &scratch.0.join("b"), &options);
+    assert_eq!(from_shards, from_jsonl);
+    assert_eq!(
+        std::fs::read(scratch.0.join("a/timesteps.parquet")).unwrap(),
+        std::fs::read(scratch.0.join("b/timesteps.parquet")).unwrap()
+    );
+    // One JSONL file works too.
+    let one = run(&ckpt, &shards[0], &scratch.0.join("c"), &options);
+    assert_eq!(one.games, 3);
+}
+
+#[test]
+fn bad_inputs_are_errors_naming_the_file() {
+    let scratch = Scratch::new("errors");
+    let (_, tokens) = sample_data(&scratch.0, 2);
+    let options = EvaluateOptions::default();
+    let no_ckpt = scratch.0.join("nothing");
+    std::fs::create_dir_all(&no_ckpt).unwrap();
+    let err = evaluate(
+        &no_ckpt,
+        &tokens,
+        &scratch.0.join("o1"),
+        &options,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nothing"), "{err}");
+    assert!(err.to_string().contains("model.json"), "{err}");
+
+    // A train artifact layout (checkpoint/ inside) is accepted; a JSONL line with bad JSON is not.
+    let train = scratch.0.join("train");
+    let (_, _) = checkpoint(&train);
+    std::fs::rename(train.join("ckpt"), train.join("checkpoint")).unwrap();
+    let bad = scratch.0.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("chess_000000.jsonl"), "{\"example_id\": 3}\n").unwrap();
+    let err = evaluate(
+        &train,
+        &bad,
+        &scratch.0.join("o2"),
+        &options,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("chess_000000.jsonl"), "{err}");
+    assert!(err.to_string().contains("line 1"), "{err}");
+
+    let err = evaluate(
+        &train,
+        &tokens,
+        &scratch.0.join("o3"),
+        &options,
+        &Progress::disabled(),
+        &|| true,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, cwm_stage_evaluate::EvalError::Cancelled),
+        "{err}"
+    );
+    assert!(!scratch.0.join("o3/summary.json").exists());
+}
