@@ -89,7 +89,7 @@ pub enum InteropError {
         expected: Vec<usize>,
     },
     /// The file has a tensor that no parameter of the model takes.
-    #[error("{path}: unexpected key {key:?} (shape {found:?}) for {arch} {size}")]
+    #[error("{path}: unexpected key {key:?} (shape {found:?}): the model has no such parameter")]
     UnexpectedKey {
         /// The file.
         path: PathBuf,
@@ -97,10 +97,6 @@ pub enum InteropError {
         key: String,
         /// Its shape in the file.
         found: Vec<usize>,
-        /// The requested family.
-        arch: String,
-        /// The requested size.
-        size: String,
     },
     /// A tensor whose shape differs from the parameter's.
     #[error("{path}: key {key:?} has shape {found:?}, expected {expected:?}")]
@@ -522,8 +518,6 @@ pub fn import_safetensors(
             path: path.to_path_buf(),
             key,
             found: tensor.shape,
-            arch: config.family.name().to_owned(),
-            size: config.size.name().to_owned(),
         });
     }
     Ok(model)
