@@ -20,6 +20,7 @@ impl Registry {
             Box::new(cwm_stages_data::SplitStage),
             Box::new(cwm_stages_data::TokenizeStage),
             Box::new(cwm_stages_data::RandomUniformStage),
+            Box::new(cwm_stage_report::ReportStage),
         ])
     }
 
