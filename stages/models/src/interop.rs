@@ -676,9 +676,7 @@ mod tests {
 
         let err = |tensors: &[(String, Vec<usize>, Dtype)], meta| {
             write_file(&path, tensors, meta);
-            import_safetensors(&path, &config, &device)
-                .err()
-                .expect("import must fail")
+            import_safetensors(&path, &config, &device).expect_err("import must fail")
         };
         let without: Vec<_> = good
             .iter()
@@ -728,7 +726,7 @@ mod tests {
         );
 
         fs::write(&path, b"not a safetensors file").unwrap();
-        let e = import_safetensors(&path, &config, &device).err().unwrap();
+        let e = import_safetensors(&path, &config, &device).unwrap_err();
         assert!(matches!(e, InteropError::Format { .. }), "{e}");
         let e = import_safetensors(&dir.join("absent"), &config, &device)
             .err()
