@@ -36,6 +36,7 @@ fn cwm_evaluate_scores_a_checkpoint_on_tokenized_shards_and_on_jsonl_alike() {
             "k",
         ]);
     }
+    std::fs::create_dir_all(ws.dir.join("tokens")).unwrap();
     cwm_stages_data::tokenize_games(
         &ws.dir.join("games"),
         &ws.dir.join("tokens"),

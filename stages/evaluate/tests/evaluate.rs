@@ -53,6 +53,7 @@ fn sample_data(dir: &Path, games: u64) -> (PathBuf, PathBuf) {
     })
     .expect("process the sample");
     let tokens = dir.join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
     tokenize_games(
         &games_dir,
         &tokens,
