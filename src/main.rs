@@ -17,6 +17,7 @@ use cwm::registry::Registry;
 use cwm::store::Store;
 
 mod data_commands;
+mod evaluate_command;
 
 /// The default pipeline, built into the binary.
 const DEFAULT_PIPELINE: &str = include_str!("../pipeline.yaml");
@@ -158,6 +159,8 @@ enum Command {
     /// Import games from another format.
     #[command(subcommand)]
     Import(data_commands::ImportCommand),
+    /// Evaluate a checkpoint on tokenized games or reference JSONL, without a pipeline.
+    Evaluate(evaluate_command::EvaluateArgs),
     /// Model utilities.
     #[command(subcommand)]
     Model(ModelCommand),
@@ -458,6 +461,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }
         Command::Import(command) => {
             data_commands::import(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Evaluate(args) => {
+            evaluate_command::run(args, threads)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Model(ModelCommand::Export { checkpoint, out }) => {

@@ -20,6 +20,10 @@ impl Registry {
             Box::new(cwm_stages_data::SplitStage),
             Box::new(cwm_stages_data::TokenizeStage),
             Box::new(cwm_stages_data::RandomUniformStage),
+            Box::new(cwm_stage_train::TrainStage),
+            Box::new(cwm_stage_evaluate::EvaluateStage),
+            Box::new(cwm_stage_evaluate::BinPrefixStage),
+            Box::new(cwm_stage_evaluate::SelectStage),
             Box::new(cwm_stage_report::ReportStage),
         ])
     }

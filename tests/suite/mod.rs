@@ -2,6 +2,7 @@
 
 mod data_commands;
 mod data_stages;
+mod evaluate;
 mod executor;
 mod pipeline_errors;
 mod remote;

@@ -122,3 +122,27 @@ fn all_errors_are_reported_at_once() {
         "{err}"
     );
 }
+
+/// The shipped pipelines load, plan and report status without running anything:
+/// the embedded default (the README's main job) and the paper's full protocol.
+#[test]
+fn shipped_pipelines_plan_and_report_status() {
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for (file, instances) in [("pipeline.yaml", 19), ("pipeline.paper.yaml", 1900)] {
+        let ws = Workspace::new(&format!("shipped-{file}"));
+        ws.pipeline(&std::fs::read_to_string(repo.join(file)).unwrap());
+        let dag = ws.ok(&["dag"]);
+        assert!(dag.contains("report"), "{file}: {dag}");
+        let status = ws.status();
+        assert!(
+            status.len() >= instances,
+            "{file}: {} instances",
+            status.len()
+        );
+        assert!(status.iter().all(|s| s.1 != "fresh"), "{file}: nothing ran");
+        assert!(
+            status.iter().any(|s| s.0.starts_with("report")),
+            "{file}: the report stage is planned"
+        );
+    }
+}

@@ -214,3 +214,114 @@ fn collaborators_share_results_through_a_local_s3_server() {
     let lock = std::fs::read_to_string(b.dir.join("cwm.lock")).unwrap();
     assert!(!lock.contains("test-secret"));
 }
+
+/// Deterministic pseudo-random delays in `0..max_ms` (xorshift; no RNG dependency).
+fn kill_delays(n: usize, max_ms: u64, seed: u64) -> Vec<u64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % max_ms
+        })
+        .collect()
+}
+
+/// Spawns `cwm args` in `ws`, SIGKILLs it after `delay_ms`, and reaps it.
+fn kill_after(ws: &Workspace, args: &[&str], delay_ms: u64) {
+    let mut child = super::cwm_command(&ws.dir, args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(delay_ms));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Corrupt artifacts `cwm verify --all` finds in `ws`'s store.
+fn corrupt_count(ws: &Workspace) -> usize {
+    let out = ws.cwm(&["verify", "--all", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    report["corrupt"].as_array().map_or(usize::MAX, Vec::len)
+}
+
+#[test]
+fn sigkill_during_push_pull_and_gc_never_corrupts_a_store_or_the_remote() {
+    let dir = std::env::temp_dir().join(format!("cwm-remote-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let remote = format!("file://{}", dir.display());
+    // Three artifacts of 8 MB each plus a consumer: transfers take long enough
+    // for kills to land inside them.
+    let pipeline = "stages:\n  big:\n    uses: command\n    matrix: {n: [1, 2, 3]}\n    params: {cmd: 'head -c 8000000 /dev/urandom > \"$CWM_OUT/z\"; echo $CWM_PARAM_n > \"$CWM_OUT/n\"'}\n  sum:\n    uses: command\n    inputs: {b: big}\n    params: {cmd: 'cat $CWM_IN_b/n > \"$CWM_OUT/ns\"'}\n".replace("$CWM_IN_b/n", "$(for d in $CWM_IN_b; do echo $d/n; done)");
+    let a = Workspace::new("kill-push");
+    a.pipeline(&pipeline);
+    assert!(names(&a.run_json(&[]), "failed").is_empty());
+    let (mut trials, mut corrupt) = (0usize, 0usize);
+
+    // push: killed at random moments, then a fresh clone pulls whatever the
+    // remote claims to have; every installed artifact must verify.
+    for (i, delay) in kill_delays(8, 250, 0x9e37_79b9_7f4a_7c15)
+        .into_iter()
+        .enumerate()
+    {
+        kill_after(&a, &["push", "--remote", &remote], delay);
+        trials += 1;
+        corrupt += corrupt_count(&a);
+        let probe = Workspace::new(&format!("kill-probe-{i}"));
+        probe.pipeline(&pipeline);
+        std::fs::copy(a.dir.join("cwm.lock"), probe.dir.join("cwm.lock")).unwrap();
+        // A partial remote may lack artifacts (pull then fails cleanly), but
+        // it must never hand out a damaged one.
+        let out = probe.cwm(&["pull", "--remote", &remote]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("does not match") || stderr.contains("blake3") {
+            corrupt += 1;
+        }
+        corrupt += corrupt_count(&probe);
+    }
+    let pushed = a.ok(&["push", "--remote", &remote]);
+    assert!(pushed.contains("pushed"), "{pushed}");
+
+    // pull: killed at random moments; the store stays clean and the next
+    // pull completes.
+    let b = Workspace::new("kill-pull");
+    b.pipeline(&pipeline);
+    std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+    for delay in kill_delays(8, 250, 0xd1b5_4a32_d192_ed03) {
+        kill_after(&b, &["pull", "--remote", &remote], delay);
+        trials += 1;
+        corrupt += corrupt_count(&b);
+        if delay % 2 == 0 {
+            // Start over now and then so kills also land early in a pull:
+            // without a lock file, `gc --keep-lock` frees everything.
+            std::fs::remove_file(b.dir.join("cwm.lock")).unwrap();
+            b.ok(&["gc", "--keep-lock"]);
+            std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+        }
+    }
+    b.ok(&["pull", "--remote", &remote]);
+    assert!(
+        b.status().iter().all(|s| s.1 == "fresh"),
+        "{:?}",
+        b.status()
+    );
+    assert!(names(&b.run_json(&[]), "ran").is_empty());
+
+    // gc: killed at random moments while it frees every artifact.
+    for delay in kill_delays(8, 60, 0x2545_f491_4f6c_dd1d) {
+        std::fs::remove_file(b.dir.join("cwm.lock")).ok();
+        kill_after(&b, &["gc", "--keep-lock"], delay);
+        trials += 1;
+        corrupt += corrupt_count(&b);
+        // Bring the artifacts back for the next trial.
+        std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+        b.ok(&["pull", "--remote", &remote]);
+    }
+    eprintln!("push/pull/gc kill test: {trials} trials, {corrupt} corrupt results");
+    assert_eq!(corrupt, 0);
+    assert!(b.status().iter().all(|s| s.1 == "fresh"));
+    assert!(b.ok(&["verify", "--all"]).contains("0 corrupt"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -293,6 +293,11 @@ impl StageKind for BinPrefixStage {
         PARAMS
     }
 
+    /// Extra params are labels (e.g. the matrix keys of the evaluations it bins).
+    fn accepts_extra_params(&self) -> bool {
+        true
+    }
+
     fn inputs(&self) -> InputsDecl {
         InputsDecl::Named(INPUTS)
     }

@@ -638,6 +638,13 @@ impl StageKind for EvaluateStage {
         PARAMS
     }
 
+    /// Extra params are labels, so a matrix over the producing train stage's keys (`arch`,
+    /// `size`, `lr_min_ratio`, ...) binds each evaluation to its model; `arch` and `size`, when
+    /// given, must name the checkpoint's family and size.
+    fn accepts_extra_params(&self) -> bool {
+        true
+    }
+
     fn inputs(&self) -> InputsDecl {
         InputsDecl::Named(INPUTS)
     }
@@ -673,6 +680,15 @@ impl StageKind for EvaluateStage {
             ctx.progress(),
             &|| ctx.is_cancelled(),
         )?;
+        for (label, actual) in [("arch", &summary.arch), ("size", &summary.size)] {
+            if let Ok(expected) = params.str(label)
+                && expected != actual.as_str()
+            {
+                return Err(StageError::Param(format!(
+                    "{label} is {expected:?} but the model's checkpoint is {actual:?}"
+                )));
+            }
+        }
         ctx.log().line(format!(
             "{} {} on {}: {} games, {} steps, loss {:.4}, labelwise {:.4}, exact_state {:.4}, trajectory {:.4}",
             summary.arch,

@@ -298,7 +298,7 @@ fn metrics_equal_state_loss_and_state_metrics_on_the_same_batch() {
         .loss
         .into_data()
         .convert::<f64>()
-        .to_vec::<f64>()
+        .try_to_vec::<f64>()
         .unwrap()[0];
 
     for batch_size in [6, 4] {

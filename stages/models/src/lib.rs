@@ -28,6 +28,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod gdn;
 pub mod head;
@@ -42,6 +43,7 @@ pub mod transformer;
 
 pub use checkpoint::{load_model, save_model};
 pub use config::{Family, ModelConfig, Rope, Scan, Size};
+pub use device::{CUDA_BUILT, device_by_name};
 pub use error::ModelError;
 pub use head::{
     EmbeddingInit, HEAD_OUT, HeadInit, HeadLogits, LABEL_GROUPS, LabelGroup, MOVE_VOCAB, N_LABELS,

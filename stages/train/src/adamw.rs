@@ -105,7 +105,7 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
     tensor
         .into_data()
         .convert::<f32>()
-        .into_vec::<f32>()
+        .try_into_vec::<f32>()
         .map_err(|e| TrainError::Failed(format!("cannot read a tensor back: {e:?}")))
 }
 
@@ -176,7 +176,11 @@ impl ModuleMapper for UpdateMapper<'_> {
         let bias1 = 1.0 - c.beta1.powi(step as i32);
         let bias2_sqrt = (1.0 - c.beta2.powi(step as i32)).sqrt();
         let step_size = self.lr / bias1;
-        let denom = v.clone().sqrt().div_scalar(bias2_sqrt as f32).add_scalar(c.eps as f32);
+        let denom = v
+            .clone()
+            .sqrt()
+            .div_scalar(bias2_sqrt as f32)
+            .add_scalar(c.eps as f32);
         let p = p - (m.clone() / denom).mul_scalar(step_size as f32);
         self.states.insert(path, Moments { step, m, v });
         let mut value = Tensor::from_inner(p.reshape(dims));
@@ -287,7 +291,11 @@ impl AdamW {
     ///
     /// # Errors
     /// [`TrainError::Failed`] when `m` and `v` of a parameter differ in length.
-    pub fn import(&mut self, moments: Vec<ExportedMoments>, device: &Device) -> Result<(), TrainError> {
+    pub fn import(
+        &mut self,
+        moments: Vec<ExportedMoments>,
+        device: &Device,
+    ) -> Result<(), TrainError> {
         let device = device.clone().inner();
         let mut states = BTreeMap::new();
         for e in moments {
@@ -347,8 +355,11 @@ mod tests {
     fn tiny(device: &Device) -> Tiny {
         Tiny {
             w: Param::from_tensor(
-                Tensor::<2>::from_data(TensorData::new(vec![0.5f32, -1.0, 2.0, 0.25], [2, 2]), device)
-                    .require_grad(),
+                Tensor::<2>::from_data(
+                    TensorData::new(vec![0.5f32, -1.0, 2.0, 0.25], [2, 2]),
+                    device,
+                )
+                .require_grad(),
             ),
             a_log: Param::from_tensor(
                 Tensor::<1>::from_data(TensorData::new(vec![1.5f32, -0.75], [2]), device)
@@ -360,7 +371,10 @@ mod tests {
     /// Loss = Σ c_i · p_i² over all entries, so dL/dp = 2 c p.
     fn grads_of(model: &Tiny, scale: f32) -> GradientsParams {
         let device = model.w.val().device();
-        let cw = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, -0.5, 3.0], [2, 2]), &device);
+        let cw = Tensor::<2>::from_data(
+            TensorData::new(vec![1.0f32, 2.0, -0.5, 3.0], [2, 2]),
+            &device,
+        );
         let ca = Tensor::<1>::from_data(TensorData::new(vec![0.5f32, 4.0], [2]), &device);
         let loss = (model.w.val().square() * cw).sum() + (model.a_log.val().square() * ca).sum();
         let loss = loss.mul_scalar(scale);
@@ -379,7 +393,12 @@ mod tests {
     }
 
     /// Straight from torch's AdamW and clip_grad_norm_, in f64.
-    fn reference(steps: usize, scale: f64, lr: &[f64], config: &AdamWConfig) -> (Vec<f64>, Vec<f64>) {
+    fn reference(
+        steps: usize,
+        scale: f64,
+        lr: &[f64],
+        config: &AdamWConfig,
+    ) -> (Vec<f64>, Vec<f64>) {
         let c = [1.0, 2.0, -0.5, 3.0, 0.5, 4.0];
         let decays = [true, true, true, true, false, false];
         let mut p = vec![0.5f64, -1.0, 2.0, 0.25, 1.5, -0.75];
@@ -422,10 +441,16 @@ mod tests {
         }
         let (expected, expected_norms) = reference(lrs.len(), scale as f64, &lrs, &config);
         for (got, want) in values(&model).iter().zip(&expected) {
-            assert!((got - want).abs() < 2e-6 * want.abs().max(1.0), "{got} vs {want}");
+            assert!(
+                (got - want).abs() < 2e-6 * want.abs().max(1.0),
+                "{got} vs {want}"
+            );
         }
         for (got, want) in norms.iter().zip(&expected_norms) {
-            assert!((got - want).abs() < 1e-5 * want.max(1.0), "norm {got} vs {want}");
+            assert!(
+                (got - want).abs() < 1e-5 * want.max(1.0),
+                "norm {got} vs {want}"
+            );
         }
         // The a_log entries are not decayed: decaying them as well changes them, and leaves the
         // decayed group as it was.
@@ -444,7 +469,10 @@ mod tests {
             got[4],
             expected[4]
         );
-        assert!((got[0] - expected[0]).abs() < 2e-6, "w is decayed either way");
+        assert!(
+            (got[0] - expected[0]).abs() < 2e-6,
+            "w is decayed either way"
+        );
     }
 
     #[test]
@@ -470,7 +498,10 @@ mod tests {
         assert!(!outcome.applied);
         assert!(!outcome.grad_norm.is_finite());
         assert_eq!(values(&model), before);
-        assert!(optim.export().unwrap().is_empty(), "no moments were created");
+        assert!(
+            optim.export().unwrap().is_empty(),
+            "no moments were created"
+        );
     }
 
     #[test]

@@ -172,7 +172,13 @@ pub struct Batch {
 impl Batch {
     /// Truncates each game to `max_steps` tokens (0 = no limit) and pads to the longest.
     pub fn collate(games: &[TokenizedGame], max_steps: usize) -> Batch {
-        let limit = |len: usize| if max_steps > 0 { len.min(max_steps) } else { len };
+        let limit = |len: usize| {
+            if max_steps > 0 {
+                len.min(max_steps)
+            } else {
+                len
+            }
+        };
         let lengths: Vec<usize> = games.iter().map(|g| limit(g.moves.len())).collect();
         let seq_len = lengths.iter().copied().max().unwrap_or(0);
         let mut moves = vec![PAD_TOKEN as i32; games.len() * seq_len];
@@ -219,7 +225,8 @@ impl Batch {
         device: &Device,
     ) -> Result<(Tensor<2, Int>, Tensor<3, Int>, Tensor<2, Bool>), TrainError> {
         let (b, t) = (self.len(), self.seq_len);
-        let moves = Tensor::<2, Int>::from_data(TensorData::new(self.moves.clone(), [b, t]), device);
+        let moves =
+            Tensor::<2, Int>::from_data(TensorData::new(self.moves.clone(), [b, t]), device);
         let targets = Tensor::<3, Int>::from_data(
             TensorData::new(self.targets.clone(), [b, t, N_LABELS]),
             device,
@@ -252,7 +259,10 @@ mod tests {
         assert_eq!(batch.lengths, [3, 4]);
         assert_eq!(batch.seq_len, 4);
         assert_eq!(batch.tokens(), 7);
-        assert_eq!(batch.moves, [100, 101, 102, PAD_TOKEN as i32, 200, 201, 202, 203]);
+        assert_eq!(
+            batch.moves,
+            [100, 101, 102, PAD_TOKEN as i32, 200, 201, 202, 203]
+        );
         let first_pad = &batch.targets[3 * N_LABELS..4 * N_LABELS];
         assert!(first_pad.iter().all(|&x| x == 0));
         assert_eq!(batch.targets[0], 1);

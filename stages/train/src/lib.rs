@@ -66,34 +66,148 @@ const SCHEDULES: &[&str] = &["none", "cosine", "linear"];
 /// The params of the `train` kind.
 pub const PARAMS: &[ParamSpec] = &[
     ParamSpec::required("arch", ParamType::Choice(ARCHS), "model family"),
-    ParamSpec::with_default("size", ParamType::Choice(SIZES), ParamDefault::Str("d128"), "size preset"),
-    ParamSpec::with_default("dropout", ParamType::Float, ParamDefault::Float(0.1), "dropout probability (where each family applies it)"),
-    ParamSpec::with_default("rope", ParamType::Choice(ROPES), ParamDefault::Str("reference"), "Transformer RoPE variant"),
-    ParamSpec::with_default("mamba3_mimo", ParamType::Bool, ParamDefault::Bool(false), "Mamba-3 MIMO instead of SISO"),
-    ParamSpec::with_default("batch_size", ParamType::Int, ParamDefault::Int(32), "games per batch (validation too)"),
-    ParamSpec::with_default("max_steps", ParamType::Int, ParamDefault::Int(0), "sequence truncation in tokens incl. START (0 = none)"),
-    ParamSpec::with_default("steps", ParamType::Int, ParamDefault::Int(0), "optimizer steps to run, cycling epochs as needed (0 = run `epochs`)"),
-    ParamSpec::with_default("epochs", ParamType::Int, ParamDefault::Int(1), "epochs to run when steps = 0"),
-    ParamSpec::with_default("lr", ParamType::Float, ParamDefault::Float(1e-3), "base learning rate"),
-    ParamSpec::with_default("beta2", ParamType::Float, ParamDefault::Float(0.999), "AdamW beta2"),
-    ParamSpec::with_default("weight_decay", ParamType::Float, ParamDefault::Float(0.0), "decoupled weight decay"),
-    ParamSpec::with_default("warmup_steps", ParamType::Int, ParamDefault::Int(0), "linear warm-up steps (none schedule: ignored)"),
-    ParamSpec::with_default("schedule", ParamType::Choice(SCHEDULES), ParamDefault::Str("none"), "lr schedule (none = constant, no warm-up)"),
-    ParamSpec::with_default("lr_decay_steps", ParamType::Int, ParamDefault::Int(0), "decay steps S (0 = the run's total steps)"),
-    ParamSpec::with_default("lr_min_ratio", ParamType::Float, ParamDefault::Float(0.1), "schedule floor r"),
-    ParamSpec::with_default("grad_clip", ParamType::Float, ParamDefault::Float(1.0), "global gradient-norm clip (0 = none)"),
-    ParamSpec::with_default("seed", ParamType::Int, ParamDefault::Int(0), "seed of init, dropout and shard order"),
-    ParamSpec::with_default("val_every", ParamType::Int, ParamDefault::Int(0), "validate every N steps (0 = only at the end)"),
-    ParamSpec::with_default("val_batches", ParamType::Int, ParamDefault::Int(10), "validation batches (0 = all)"),
-    ParamSpec::with_default("log_every", ParamType::Int, ParamDefault::Int(50), "log a steps.parquet row every N steps"),
-    ParamSpec::with_default("checkpoint_every", ParamType::Int, ParamDefault::Int(0), "save the resumable state every N steps (0 = never)"),
-    ParamSpec::with_default("threads", ParamType::Int, ParamDefault::Int(0), "worker threads (0 = all the executor has)"),
+    ParamSpec::with_default(
+        "size",
+        ParamType::Choice(SIZES),
+        ParamDefault::Str("d128"),
+        "size preset",
+    ),
+    ParamSpec::with_default(
+        "dropout",
+        ParamType::Float,
+        ParamDefault::Float(0.1),
+        "dropout probability (where each family applies it)",
+    ),
+    ParamSpec::with_default(
+        "rope",
+        ParamType::Choice(ROPES),
+        ParamDefault::Str("reference"),
+        "Transformer RoPE variant",
+    ),
+    ParamSpec::with_default(
+        "mamba3_mimo",
+        ParamType::Bool,
+        ParamDefault::Bool(false),
+        "Mamba-3 MIMO instead of SISO",
+    ),
+    ParamSpec::with_default(
+        "batch_size",
+        ParamType::Int,
+        ParamDefault::Int(32),
+        "games per batch (validation too)",
+    ),
+    ParamSpec::with_default(
+        "max_steps",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "sequence truncation in tokens incl. START (0 = none)",
+    ),
+    ParamSpec::with_default(
+        "steps",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "optimizer steps to run, cycling epochs as needed (0 = run `epochs`)",
+    ),
+    ParamSpec::with_default(
+        "epochs",
+        ParamType::Int,
+        ParamDefault::Int(1),
+        "epochs to run when steps = 0",
+    ),
+    ParamSpec::with_default(
+        "lr",
+        ParamType::Float,
+        ParamDefault::Float(1e-3),
+        "base learning rate",
+    ),
+    ParamSpec::with_default(
+        "beta2",
+        ParamType::Float,
+        ParamDefault::Float(0.999),
+        "AdamW beta2",
+    ),
+    ParamSpec::with_default(
+        "weight_decay",
+        ParamType::Float,
+        ParamDefault::Float(0.0),
+        "decoupled weight decay",
+    ),
+    ParamSpec::with_default(
+        "warmup_steps",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "linear warm-up steps (none schedule: ignored)",
+    ),
+    ParamSpec::with_default(
+        "schedule",
+        ParamType::Choice(SCHEDULES),
+        ParamDefault::Str("none"),
+        "lr schedule (none = constant, no warm-up)",
+    ),
+    ParamSpec::with_default(
+        "lr_decay_steps",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "decay steps S (0 = the run's total steps)",
+    ),
+    ParamSpec::with_default(
+        "lr_min_ratio",
+        ParamType::Float,
+        ParamDefault::Float(0.1),
+        "schedule floor r",
+    ),
+    ParamSpec::with_default(
+        "grad_clip",
+        ParamType::Float,
+        ParamDefault::Float(1.0),
+        "global gradient-norm clip (0 = none)",
+    ),
+    ParamSpec::with_default(
+        "seed",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "seed of init, dropout and shard order",
+    ),
+    ParamSpec::with_default(
+        "val_every",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "validate every N steps (0 = only at the end)",
+    ),
+    ParamSpec::with_default(
+        "val_batches",
+        ParamType::Int,
+        ParamDefault::Int(10),
+        "validation batches (0 = all)",
+    ),
+    ParamSpec::with_default(
+        "log_every",
+        ParamType::Int,
+        ParamDefault::Int(50),
+        "log a steps.parquet row every N steps",
+    ),
+    ParamSpec::with_default(
+        "checkpoint_every",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "save the resumable state every N steps (0 = never)",
+    ),
+    ParamSpec::with_default(
+        "threads",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "worker threads (0 = all the executor has)",
+    ),
 ];
 
 const INPUTS: &[InputSpec] = &[
     InputSpec::one("train", "a tokenize artifact to train on"),
     InputSpec::one("val", "a tokenize artifact to validate on").optional(),
-    InputSpec::one("hparams", "a select artifact: lr, beta2, weight_decay, warmup_steps of this arch and size").optional(),
+    InputSpec::one(
+        "hparams",
+        "a select artifact: lr, beta2, weight_decay, warmup_steps of this arch and size",
+    )
+    .optional(),
 ];
 
 /// The `train` stage kind.
@@ -113,7 +227,9 @@ fn float(params: &Params, name: &str) -> Result<f64, TrainError> {
 }
 
 fn text<'a>(params: &'a Params, name: &str) -> Result<&'a str, TrainError> {
-    params.str(name).map_err(|e| TrainError::Config(e.to_string()))
+    params
+        .str(name)
+        .map_err(|e| TrainError::Config(e.to_string()))
 }
 
 /// The [`TrainConfig`] described by validated stage params (defaults filled in).
@@ -192,26 +308,53 @@ pub fn selected_hparams(dir: &Path, arch: &str, size: &str) -> Result<SelectedHp
     let choices = value["choices"]
         .as_array()
         .ok_or_else(|| bad("no `choices` array".into()))?;
-    let choice = choices
-        .iter()
-        .find(|c| c["arch"].as_str() == Some(arch) && c["size"].as_str() == Some(size))
+    // An ablation without a choice of its own takes its full family's (the paper trains the
+    // ablations with the winners of slice, gdn and mamba3).
+    let full_family = match arch {
+        "slice_diag" => "slice",
+        "gdn_pos" => "gdn",
+        "mamba2" => "mamba3",
+        other => other,
+    };
+    let matching = |name: &str| {
+        choices
+            .iter()
+            .find(|c| c["arch"].as_str() == Some(name) && c["size"].as_str() == Some(size))
+    };
+    let choice = matching(arch)
+        .or_else(|| matching(full_family))
         .ok_or_else(|| {
             let have: Vec<String> = choices
                 .iter()
-                .map(|c| format!("{}/{}", c["arch"].as_str().unwrap_or("?"), c["size"].as_str().unwrap_or("?")))
+                .map(|c| {
+                    format!(
+                        "{}/{}",
+                        c["arch"].as_str().unwrap_or("?"),
+                        c["size"].as_str().unwrap_or("?")
+                    )
+                })
                 .collect();
-            bad(format!("no choice for arch {arch} size {size} (it has: {})", have.join(", ")))
+            bad(format!(
+                "no choice for arch {arch} size {size} (it has: {})",
+                have.join(", ")
+            ))
         })?;
     let h = &choice["hparams"];
     let num = |name: &str| -> Result<f64, TrainError> {
         h[name]
             .as_f64()
             .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| bad(format!("choice {arch}/{size}: hparams.{name} is missing or not a number ≥ 0")))
+            .ok_or_else(|| {
+                bad(format!(
+                    "choice {arch}/{size}: hparams.{name} is missing or not a number ≥ 0"
+                ))
+            })
     };
     let warmup = num("warmup_steps")?;
     if warmup.fract() != 0.0 {
-        return Err(bad(format!("choice {arch}/{size}: hparams.warmup_steps {warmup} is not an integer")));
+        return Err(bad(format!(
+            "choice {arch}/{size}: hparams.warmup_steps {warmup} is not an integer"
+        )));
     }
     Ok(SelectedHparams {
         instance: choice["instance"].as_str().map(str::to_owned),
@@ -247,7 +390,13 @@ pub fn partial_key(fingerprint: &str, params: &Params, inputs: &[(String, String
 pub fn partial_dir(base_dir: &Path, instance: &str, key: &str) -> PathBuf {
     let safe: String = instance
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(64)
         .collect();
     base_dir
@@ -347,7 +496,9 @@ impl StageKind for TrainStage {
             .num_threads(ctx.threads())
             .thread_name(|i| format!("cwm-train-{i}"))
             .build()
-            .map_err(|e| StageError::failed(format!("cannot start {} threads: {e}", ctx.threads())))?;
+            .map_err(|e| {
+                StageError::failed(format!("cannot start {} threads: {e}", ctx.threads()))
+            })?;
         let device = Device::flex();
         match pool.install(|| train(&config, &paths, &control, &device))? {
             RunEnd::Finished(summary) => {
@@ -381,7 +532,10 @@ mod tests {
     #[test]
     fn defaults_give_the_reference_config_and_gdn_exemptions() {
         let config = config_from_params(&params("gdn")).unwrap();
-        assert_eq!(config, TrainConfig::new(ModelConfig::new(Family::Gdn, Size::D128)));
+        assert_eq!(
+            config,
+            TrainConfig::new(ModelConfig::new(Family::Gdn, Size::D128))
+        );
         assert_eq!(config.adamw().no_decay, ["a_log", "dt_bias"]);
         let slice = config_from_params(&params("slice")).unwrap();
         assert!(slice.adamw().no_decay.is_empty());
@@ -400,7 +554,10 @@ mod tests {
         let mut lr = p.clone();
         lr.insert("lr", ParamValue::Float(3e-3));
         assert_ne!(partial_key("fp", &lr, &inputs), key);
-        assert_ne!(partial_key("fp", &p, &[("train".into(), "abd".into())]), key);
+        assert_ne!(
+            partial_key("fp", &p, &[("train".into(), "abd".into())]),
+            key
+        );
         assert_ne!(partial_key("fp2", &p, &inputs), key);
         let dir = partial_dir(Path::new("/w"), "train[arch=slice]", &key);
         assert!(dir.starts_with("/w/artifacts/partial/train"));
@@ -430,7 +587,14 @@ mod tests {
             }
         );
         assert_eq!(selected_hparams(&dir, "slice", "d128").unwrap().lr, 3e-3);
-        let err = selected_hparams(&dir, "slice", "d256").unwrap_err().to_string();
+        // An ablation falls back to its full family's choice.
+        assert_eq!(
+            selected_hparams(&dir, "slice_diag", "d128").unwrap().lr,
+            3e-3
+        );
+        let err = selected_hparams(&dir, "slice", "d256")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no choice for arch slice size d256"), "{err}");
         assert!(err.contains("selected.json"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -76,7 +76,8 @@ fn write_batch(path: &Path, batch: RecordBatch) -> Result<(), TrainError> {
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
     let file = File::create(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| parquet_err(&e))?;
+    let mut writer =
+        ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| parquet_err(&e))?;
     writer.write(&batch).map_err(|e| parquet_err(&e))?;
     let file = writer.into_inner().map_err(|e| parquet_err(&e))?;
     file.sync_all().map_err(|e| TrainError::io(&tmp, e))?;

@@ -87,13 +87,25 @@ fn bits(x: f64) -> Value {
 }
 
 fn step_to_json(r: &StepRow) -> Value {
-    json!([r.step, r.epoch, r.loss.to_bits(), r.lr.to_bits(), r.grad_norm.to_bits(),
-           r.tokens_per_s.to_bits(), r.skipped])
+    json!([
+        r.step,
+        r.epoch,
+        r.loss.to_bits(),
+        r.lr.to_bits(),
+        r.grad_norm.to_bits(),
+        r.tokens_per_s.to_bits(),
+        r.skipped
+    ])
 }
 
 fn val_to_json(r: &ValRow) -> Value {
-    json!([r.step, r.loss.to_bits(), r.labelwise.to_bits(), r.exact_state.to_bits(),
-           r.trajectory.to_bits()])
+    json!([
+        r.step,
+        r.loss.to_bits(),
+        r.labelwise.to_bits(),
+        r.exact_state.to_bits(),
+        r.trajectory.to_bits()
+    ])
 }
 
 /// The paths of a partial state named `dir`: (`dir.tmp`, `dir.old`).
@@ -132,7 +144,8 @@ pub fn save(
         for x in e.m.iter().chain(&e.v) {
             bytes.extend_from_slice(&x.to_le_bytes());
         }
-        file.write_all(&bytes).map_err(|err| TrainError::io(&opt_path, err))?;
+        file.write_all(&bytes)
+            .map_err(|err| TrainError::io(&opt_path, err))?;
         index.push(json!({"path": e.path, "step": e.step, "len": e.m.len()}));
     }
     file.sync_all().map_err(|e| TrainError::io(&opt_path, e))?;
@@ -224,7 +237,10 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         }
     };
     let mut steps = Vec::new();
-    for r in v["steps"].as_array().ok_or_else(|| bad("steps missing".into()))? {
+    for r in v["steps"]
+        .as_array()
+        .ok_or_else(|| bad("steps missing".into()))?
+    {
         let r = row(r, 7, "steps")?;
         steps.push(StepRow {
             step: r[0].as_u64().ok_or_else(|| bad("steps: step".into()))?,
@@ -240,7 +256,10 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         });
     }
     let mut vals = Vec::new();
-    for r in v["vals"].as_array().ok_or_else(|| bad("vals missing".into()))? {
+    for r in v["vals"]
+        .as_array()
+        .ok_or_else(|| bad("vals missing".into()))?
+    {
         let r = row(r, 5, "vals")?;
         vals.push(ValRow {
             step: r[0].as_u64().ok_or_else(|| bad("vals: step".into()))?,
@@ -290,8 +309,12 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         .as_array()
         .ok_or_else(|| bad("optimizer index missing".into()))?
     {
-        let path = e["path"].as_str().ok_or_else(|| bad("optimizer: path".into()))?;
-        let step = e["step"].as_u64().ok_or_else(|| bad("optimizer: step".into()))?;
+        let path = e["path"]
+            .as_str()
+            .ok_or_else(|| bad("optimizer: path".into()))?;
+        let step = e["step"]
+            .as_u64()
+            .ok_or_else(|| bad("optimizer: step".into()))?;
         let len = e["len"]
             .as_u64()
             .and_then(|n| usize::try_from(n).ok())

@@ -254,7 +254,9 @@ pub fn step_seed(seed: u64, step: u64) -> u64 {
 }
 
 fn lock_rng() -> std::sync::MutexGuard<'static, ()> {
-    RNG_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    RNG_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Forces every lazily initialised parameter to take its value now.
@@ -285,7 +287,7 @@ fn scalar(tensor: Tensor<1>) -> Result<f64, TrainError> {
     let values = tensor
         .into_data()
         .convert::<f64>()
-        .into_vec::<f64>()
+        .try_into_vec::<f64>()
         .map_err(|e| TrainError::Failed(format!("cannot read a scalar back: {e:?}")))?;
     values
         .first()
@@ -398,7 +400,10 @@ pub fn train(
             (control.log)(&format!("resuming from step {}", loaded.progress.step));
             (loaded.model, loaded.progress)
         }
-        None => (init_model(&config.model, config.seed, &ad)?, RunState::fresh()),
+        None => (
+            init_model(&config.model, config.seed, &ad)?,
+            RunState::fresh(),
+        ),
     };
     let n_params = model.num_params();
     (control.log)(&format!(
@@ -411,10 +416,7 @@ pub fn train(
     control.progress.inc(run.step);
 
     let base_s = run.train_s;
-    let mut reader = EpochReader::new(
-        epoch_order(&shards, config.seed, run.epoch),
-        run.position,
-    );
+    let mut reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
     let mut window_tokens = 0u64;
     let mut window_start = Instant::now();
     let do_validate = |model: &Model, run: &mut RunState| -> Result<(), TrainError> {
@@ -539,7 +541,14 @@ pub fn train(
             && run.step % config.checkpoint_every == 0
         {
             run.train_s = base_s + started.elapsed().as_secs_f64();
-            state::save(dir, &paths.key, &run, &model, &config.model, &optim.export()?)?;
+            state::save(
+                dir,
+                &paths.key,
+                &run,
+                &model,
+                &config.model,
+                &optim.export()?,
+            )?;
         }
         if control.stop_after == Some(run.step) {
             return Ok(RunEnd::Stopped(run.step));
