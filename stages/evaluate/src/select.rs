@@ -140,7 +140,7 @@ fn number(value: &Value, path: &Path, key: &str) -> Result<f64, EvalError> {
 }
 
 /// The validation record (`best_val` / `final_val`) the metric uses, if any.
-fn validation<'a>(summary: &'a Value, metric: Metric) -> Option<&'a Value> {
+fn validation(summary: &Value, metric: Metric) -> Option<&Value> {
     let record = |key: &str| summary.get(key).filter(|v| v.is_object());
     match metric {
         Metric::ValLoss => record("best_val").or_else(|| record("final_val")),

@@ -278,8 +278,8 @@ where
                 Metric::ExactState => SeriesLabelPosition::LowerRight,
             })
             .label_font(("sans-serif", 13))
-            .background_style(&WHITE.mix(0.85))
-            .border_style(&BLACK)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
             .draw()
             .map_err(err)?;
     }

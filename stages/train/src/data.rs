@@ -20,6 +20,9 @@ use cwm_stages_data::{ShardReader, TokenizedGame};
 
 use crate::TrainError;
 
+/// A batch on a device: moves `[b, t]`, targets `[b, t, 75]`, valid mask `[b, t]`.
+pub type BatchTensors = (Tensor<2, Int>, Tensor<3, Int>, Tensor<2, Bool>);
+
 /// Games decoded per Parquet batch when reading shards.
 const READ_BATCH: usize = 1024;
 
@@ -220,10 +223,7 @@ impl Batch {
     ///
     /// # Errors
     /// [`TrainError::Model`] if the mask cannot be built (never for a collated batch).
-    pub fn tensors(
-        &self,
-        device: &Device,
-    ) -> Result<(Tensor<2, Int>, Tensor<3, Int>, Tensor<2, Bool>), TrainError> {
+    pub fn tensors(&self, device: &Device) -> Result<BatchTensors, TrainError> {
         let (b, t) = (self.len(), self.seq_len);
         let moves =
             Tensor::<2, Int>::from_data(TensorData::new(self.moves.clone(), [b, t]), device);
