@@ -4,7 +4,7 @@
 
 They exist to check cwm against an independent implementation: a safetensors file written by
 ``cwm model export`` loads here with ``load_state_dict(strict=True)``, and both sides must give
-the same logits (``stages/models/tests/torch_parity.rs``). They also serve as the PyTorch
+the same logits (``stages/models/tests/suite/torch_parity.rs``). They also serve as the PyTorch
 baseline of ``benches/train_throughput.rs``.
 
 Families: ``transformer``, ``slice``, ``slice_diag``, ``gdn``, ``gdn_pos``, ``mamba2``,
