@@ -35,6 +35,9 @@ pub struct EvaluateArgs {
     /// Keep the first N tokens of each game, START included (0 = full games).
     #[arg(long, default_value_t = 0)]
     max_steps: usize,
+    /// Device the model runs on: cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 /// Runs `cwm evaluate`.
@@ -46,6 +49,7 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
         max_games: args.max_games,
         max_steps: args.max_steps,
         threads,
+        device: args.device.clone(),
         model_hash: None,
         data_hash: None,
     };

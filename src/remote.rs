@@ -7,9 +7,11 @@
 //! <prefix>/objects/<hash>/manifest.json     written last: marks the artifact complete
 //! <prefix>/keys/<key>.json                  stage key -> outputs, written after its artifacts
 //! ```
-//! URLs: `file:///path` (a shared directory) and `s3://bucket/prefix` (any
+//! URLs: `file:///path` (a shared directory), `s3://bucket/prefix` (any
 //! S3-compatible service; endpoint, region and credentials come only from the
-//! standard `AWS_*` environment variables, never from files cwm writes).
+//! standard `AWS_*` environment variables, never from files cwm writes), and,
+//! in builds with the cargo features `gcs` / `azure`, `gs://bucket/prefix`
+//! (`GOOGLE_*` variables) and `az://container/prefix` (`AZURE_*` variables).
 //!
 //! Safety: every downloaded file is checked against the size and blake3 in
 //! its manifest before the artifact is installed, by one atomic rename into
@@ -17,17 +19,25 @@
 //! remote, content-addressed objects are written with create-if-absent where
 //! the service supports it, and the manifest only after the data.
 //!
-//! Not yet polished: files are transferred whole in memory (fine for the
-//! benchmark's artifacts; multi-GB files want multipart transfers).
+//! Transfers stream: a file of [`MULTIPART_PART_BYTES`] or more goes up as a
+//! multipart upload read from disk part by part ([`MULTIPART_CONCURRENCY`]
+//! parts in flight), and downloads are written to the staging directory chunk
+//! by chunk while their size and blake3 are computed, so memory stays bounded
+//! by a few parts whatever the artifact's size. A multipart upload becomes
+//! visible only when complete; it cannot be create-if-absent, which is harmless
+//! under a content address (the same bytes are rewritten), and the manifest,
+//! which marks the artifact complete, is still written last and only if absent.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 
 use crate::lockfile::LockEntry;
 use crate::store::hashing::{self, FileEntry};
@@ -37,8 +47,20 @@ use crate::store::{KeyRecord, Manifest, Store, is_hash, is_safe_relative};
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     /// The URL is not one cwm understands.
-    #[error("unsupported remote `{0}`: use file:///path or s3://bucket/prefix")]
+    #[error(
+        "unsupported remote `{0}`: use file:///path, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
+    )]
     Url(String),
+    /// The URL's service needs a cargo feature this build lacks.
+    #[error(
+        "remote `{url}` needs a cwm built with the cargo feature `{feature}` (cargo build --release --features {feature})"
+    )]
+    Feature {
+        /// The URL.
+        url: String,
+        /// The missing feature.
+        feature: String,
+    },
     /// The object store failed.
     #[error("{context}: {source}")]
     Store {
@@ -83,6 +105,26 @@ pub struct Transfer {
     pub keys: usize,
     /// Wall time in seconds.
     pub seconds: f64,
+}
+
+/// Files of at least this many bytes are uploaded in parts of this size.
+pub const MULTIPART_PART_BYTES: usize = 16 * 1024 * 1024;
+
+/// Parts of one multipart upload in flight at once.
+pub const MULTIPART_CONCURRENCY: usize = 4;
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_full(file: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// A remote cache.
@@ -135,6 +177,10 @@ impl Remote {
                         source,
                     })?;
                 (Arc::new(s3), ObjectPath::from(prefix.trim_matches('/')))
+            } else if let Some(rest) = url.strip_prefix("gs://") {
+                cloud_store(url, rest, "gcs")?
+            } else if let Some(rest) = url.strip_prefix("az://") {
+                cloud_store(url, rest, "azure")?
             } else {
                 return Err(RemoteError::Url(url.to_owned()));
             };
@@ -164,6 +210,92 @@ impl Remote {
                 source,
             }),
         }
+    }
+
+    /// Downloads `rel` into the new file `target`, chunk by chunk, and returns its size
+    /// and blake3 (hex).
+    fn get_to_file(&self, rel: &str, target: &Path) -> Result<(u64, String), RemoteError> {
+        let context = || format!("downloading {rel} from {}", self.url);
+        let io = |source| RemoteError::Io {
+            path: target.to_path_buf(),
+            source,
+        };
+        let mut file = fs::File::create(target).map_err(io)?;
+        let mut hasher = blake3::Hasher::new();
+        let mut size = 0u64;
+        self.runtime.block_on(async {
+            let result =
+                self.store
+                    .get(&self.path(rel))
+                    .await
+                    .map_err(|source| RemoteError::Store {
+                        context: context(),
+                        source,
+                    })?;
+            let mut stream = result.into_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|source| RemoteError::Store {
+                    context: context(),
+                    source,
+                })?;
+                hasher.update(&chunk);
+                size += chunk.len() as u64;
+                file.write_all(&chunk).map_err(io)?;
+            }
+            Ok::<(), RemoteError>(())
+        })?;
+        file.sync_all().map_err(io)?;
+        Ok((size, hasher.finalize().to_hex().to_string()))
+    }
+
+    /// Uploads the local file `local` (`size` bytes) to `rel`: in one request below
+    /// [`MULTIPART_PART_BYTES`], else as a multipart upload streamed from disk.
+    fn put_file(&self, rel: &str, local: &Path, size: u64) -> Result<(), RemoteError> {
+        let io = |source| RemoteError::Io {
+            path: local.to_path_buf(),
+            source,
+        };
+        if size < MULTIPART_PART_BYTES as u64 {
+            let bytes = fs::read(local).map_err(io)?;
+            return self.put(rel, bytes, true);
+        }
+        let store_error = |source| RemoteError::Store {
+            context: format!("uploading {rel} to {}", self.url),
+            source,
+        };
+        let mut file = fs::File::open(local).map_err(io)?;
+        self.runtime.block_on(async {
+            let upload = self
+                .store
+                .put_multipart(&self.path(rel))
+                .await
+                .map_err(store_error)?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES);
+            let mut buf = vec![0u8; MULTIPART_PART_BYTES];
+            let sent: Result<(), RemoteError> = async {
+                loop {
+                    let n = read_full(&mut file, &mut buf).map_err(io)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    writer
+                        .wait_for_capacity(MULTIPART_CONCURRENCY)
+                        .await
+                        .map_err(store_error)?;
+                    writer.write(&buf[..n]);
+                }
+            }
+            .await;
+            match sent {
+                Ok(()) => writer.finish().await.map(|_| ()).map_err(store_error),
+                Err(e) => {
+                    // Best effort: the parts already sent are discarded; the error that
+                    // stopped the upload is the one to report.
+                    let _ = writer.abort().await;
+                    Err(e)
+                }
+            }
+        })
     }
 
     fn get(&self, rel: &str) -> Result<Vec<u8>, RemoteError> {
@@ -233,13 +365,13 @@ impl Remote {
                 let dir = store.artifact_dir(hash);
                 for file in &manifest.files {
                     let local = store.data_dir(hash).join(&file.path);
-                    let bytes = fs::read(&local).map_err(|source| RemoteError::Io {
-                        path: local.clone(),
-                        source,
-                    })?;
-                    transfer.bytes += bytes.len() as u64;
+                    self.put_file(
+                        &format!("objects/{hash}/data/{}", file.path),
+                        &local,
+                        file.size,
+                    )?;
+                    transfer.bytes += file.size;
                     transfer.files += 1;
-                    self.put(&format!("objects/{hash}/data/{}", file.path), bytes, true)?;
                 }
                 let log = fs::read(dir.join(&manifest.log)).unwrap_or_default();
                 self.put(&format!("objects/{hash}/log.txt"), log, true)?;
@@ -318,17 +450,6 @@ impl Remote {
         let mut bytes_total = 0;
         let result = (|| -> Result<(), RemoteError> {
             for FileEntry { path, size, blake3 } in &manifest.files {
-                let bytes = self.get(&format!("objects/{hash}/data/{path}"))?;
-                if bytes.len() as u64 != *size {
-                    return Err(bad(format!(
-                        "{path}: {} bytes, expected {size}",
-                        bytes.len()
-                    )));
-                }
-                let got = blake3::hash(&bytes).to_hex().to_string();
-                if &got != blake3 {
-                    return Err(bad(format!("{path}: blake3 {got}, expected {blake3}")));
-                }
                 let target = data.join(path);
                 if let Some(parent) = target.parent() {
                     fs::create_dir_all(parent).map_err(|source| RemoteError::Io {
@@ -336,10 +457,14 @@ impl Remote {
                         source,
                     })?;
                 }
-                fs::write(&target, &bytes).map_err(|source| RemoteError::Io {
-                    path: target.clone(),
-                    source,
-                })?;
+                let (got_size, got) =
+                    self.get_to_file(&format!("objects/{hash}/data/{path}"), &target)?;
+                if got_size != *size {
+                    return Err(bad(format!("{path}: {got_size} bytes, expected {size}")));
+                }
+                if &got != blake3 {
+                    return Err(bad(format!("{path}: blake3 {got}, expected {blake3}")));
+                }
                 bytes_total += *size;
             }
             Ok(())
@@ -367,4 +492,67 @@ pub fn selected_entries<'a>(
         .iter()
         .filter(|e| wanted.is_empty() || wanted.contains_key(e.name.as_str()))
         .collect()
+}
+
+/// The store behind a `gs://` or `az://` URL (`rest` is the URL after the scheme), in builds
+/// with the matching cargo feature (`gcs`, `azure`); configured only from the environment.
+fn cloud_store(
+    url: &str,
+    rest: &str,
+    feature: &str,
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath), RemoteError> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(RemoteError::Url(url.to_owned()));
+    }
+    let prefix = ObjectPath::from(prefix.trim_matches('/'));
+    let built = if feature == "gcs" {
+        gcs_store(bucket)
+    } else {
+        azure_store(bucket)
+    };
+    match built {
+        Some(Ok(store)) => Ok((store, prefix)),
+        Some(Err(source)) => Err(RemoteError::Store {
+            context: format!("configuring {url} from the environment"),
+            source,
+        }),
+        None => Err(RemoteError::Feature {
+            url: url.to_owned(),
+            feature: feature.to_owned(),
+        }),
+    }
+}
+
+/// What building a cloud store gives: `None` when this build lacks the service's feature.
+type CloudStore = Option<Result<Arc<dyn ObjectStore>, object_store::Error>>;
+
+#[cfg(feature = "gcs")]
+fn gcs_store(bucket: &str) -> CloudStore {
+    Some(
+        object_store::gcp::GoogleCloudStorageBuilder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
+    )
+}
+
+#[cfg(not(feature = "gcs"))]
+fn gcs_store(_bucket: &str) -> CloudStore {
+    None
+}
+
+#[cfg(feature = "azure")]
+fn azure_store(container: &str) -> CloudStore {
+    Some(
+        object_store::azure::MicrosoftAzureBuilder::from_env()
+            .with_container_name(container)
+            .build()
+            .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
+    )
+}
+
+#[cfg(not(feature = "azure"))]
+fn azure_store(_container: &str) -> CloudStore {
+    None
 }

@@ -180,13 +180,7 @@ fn collaborators_share_results_through_a_local_s3_server() {
     // Credentials and endpoint only through the environment.
     // SAFETY-free: tests set the variables for the child processes they spawn.
     let url = "s3://cwm-test/shared";
-    let vars = [
-        ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", server.port)),
-        ("AWS_ALLOW_HTTP", "true".to_owned()),
-        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "test-secret".to_owned()),
-        ("AWS_REGION", "us-east-1".to_owned()),
-    ];
+    let vars = s3_env(&server);
     let a = Workspace::new("s3-a");
     a.pipeline(PIPELINE);
     a.run_json(&[]);
@@ -213,6 +207,109 @@ fn collaborators_share_results_through_a_local_s3_server() {
     // The secret never reaches the lock file or the store.
     let lock = std::fs::read_to_string(b.dir.join("cwm.lock")).unwrap();
     assert!(!lock.contains("test-secret"));
+}
+
+/// A 40 MiB file: above `MULTIPART_PART_BYTES` (16 MiB), so it goes up as a three-part
+/// multipart upload and comes down as a stream.
+const LARGE_PIPELINE: &str = r#"
+stages:
+  big:
+    uses: command
+    params:
+      cmd: yes "cwm $CWM_PARAM_tag" | head -c 41943040 > "$CWM_OUT/big.bin"
+      tag: large
+"#;
+
+/// Pushes an artifact with a 40 MiB file to `url`, pulls it into a second workspace and checks
+/// the bytes; `env` configures the child processes (S3 endpoint and credentials).
+fn large_file_round_trip(url: &str, tag: &str, env: &[(&str, String)]) {
+    let run = |ws: &Workspace, args: &[&str]| {
+        let mut cmd = super::cwm_command(&ws.dir, args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a = Workspace::new(&format!("large-a-{tag}"));
+    a.pipeline(LARGE_PIPELINE);
+    a.run_json(&[]);
+    let pushed = run(&a, &["push", "--remote", url]);
+    assert!(pushed.contains("1 artifacts"), "{pushed}");
+    let b = Workspace::new(&format!("large-b-{tag}"));
+    b.pipeline(LARGE_PIPELINE);
+    std::fs::copy(a.dir.join("cwm.lock"), b.dir.join("cwm.lock")).unwrap();
+    let pulled = run(&b, &["pull", "--remote", url]);
+    assert!(pulled.contains("1 artifacts"), "{pulled}");
+    assert!(b.status().iter().all(|s| s.1 == "fresh"));
+    let show = |ws: &Workspace| {
+        let objects = ws.artifacts().join("objects");
+        let dir = std::fs::read_dir(&objects)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        std::fs::read(dir.path().join("data/big.bin")).unwrap()
+    };
+    let (sent, got) = (show(&a), show(&b));
+    assert_eq!(sent.len(), 41_943_040);
+    assert!(sent == got, "the pulled file differs from the pushed one");
+    assert!(b.ok(&["verify"]).contains("0 corrupt"));
+}
+
+#[test]
+fn a_large_file_goes_through_a_shared_directory_in_parts() {
+    let dir = std::env::temp_dir().join(format!("cwm-remote-large-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    large_file_round_trip(&format!("file://{}", dir.display()), "file", &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_large_file_goes_through_a_local_s3_server_in_parts() {
+    let Some(server) = start_s3() else { return };
+    large_file_round_trip("s3://cwm-test/large", "s3", &s3_env(&server));
+}
+
+/// The environment that points cwm at the moto server, the only way credentials reach it.
+fn s3_env(server: &S3Server) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", server.port)),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test-secret".to_owned()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+    ]
+}
+
+#[test]
+fn a_remote_of_a_feature_this_build_lacks_is_named_with_the_feature() {
+    let a = Workspace::new("remote-feature");
+    a.pipeline(PIPELINE);
+    a.run_json(&[]);
+    for (url, feature) in [("gs://bucket/x", "gcs"), ("az://container/x", "azure")] {
+        let out = a.cwm(&["push", "--remote", url]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if cfg!(feature = "gcs") && feature == "gcs"
+            || cfg!(feature = "azure") && feature == "azure"
+        {
+            continue;
+        }
+        assert!(!out.status.success());
+        assert!(err.contains(&format!("--features {feature}")), "{err}");
+    }
+    let out = a.cwm(&["push", "--remote", "ftp://host/x"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unsupported remote"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Deterministic pseudo-random delays in `0..max_ms` (xorshift; no RNG dependency).

@@ -442,26 +442,13 @@ const PARAMS: &[ParamSpec] = &[
         ParamType::Str,
         "HMAC key of the game ids; if absent, env CHESS_WORLD_MODEL_ID_KEY (not in the cache key), else unkeyed ids",
     ),
-    ParamSpec::with_default(
-        "threads",
-        ParamType::Int,
-        ParamDefault::Int(0),
-        "worker threads (0 = all the executor has)",
-    ),
+    cwm_stage::THREADS_PARAM,
 ];
 
 const INPUTS: &[InputSpec] = &[InputSpec::one(
     "pgn",
     "a download artifact holding one .pgn or .pgn.zst file",
 )];
-
-/// The thread claim of a stage with a `threads` param (0 = all).
-pub(crate) fn threads_param(params: &Params) -> Threads {
-    match params.int("threads") {
-        Ok(n) if n > 0 => Threads::Fixed(n as usize),
-        _ => Threads::All,
-    }
-}
 
 impl StageKind for ParseStage {
     fn name(&self) -> &'static str {
@@ -501,7 +488,7 @@ impl StageKind for ParseStage {
     }
 
     fn threads(&self, params: &Params) -> Threads {
-        threads_param(params)
+        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -38,7 +38,7 @@ use shakmaty::{Chess, Position};
 
 use crate::DataError;
 use crate::games::{GameRecord, GamesReader, u16_item_field, writer_properties};
-use crate::parse::{pool, threads_param};
+use crate::parse::pool;
 
 /// Games replayed per parallel batch.
 pub const BATCH_GAMES: usize = 1024;
@@ -369,12 +369,7 @@ const PARAMS: &[ParamSpec] = &[
         ParamDefault::Int(DEFAULT_SHARD_GAMES as i64),
         "games per shard file",
     ),
-    ParamSpec::with_default(
-        "threads",
-        ParamType::Int,
-        ParamDefault::Int(0),
-        "worker threads (0 = all the executor has)",
-    ),
+    cwm_stage::THREADS_PARAM,
 ];
 
 const INPUTS: &[InputSpec] = &[InputSpec::one(
@@ -417,7 +412,7 @@ impl StageKind for TokenizeStage {
     }
 
     fn threads(&self, params: &Params) -> Threads {
-        threads_param(params)
+        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

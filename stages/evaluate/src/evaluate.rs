@@ -52,6 +52,9 @@ pub struct EvaluateOptions {
     pub max_steps: usize,
     /// Worker threads for the backend (0 = rayon's default).
     pub threads: usize,
+    /// The device the model runs on, by name: `cpu`, `cuda` or `cuda:N`
+    /// ([`cwm_models::device_by_name`]).
+    pub device: String,
     /// The model artifact's hash, when known.
     pub model_hash: Option<String>,
     /// The data artifact's hash, when known.
@@ -66,6 +69,7 @@ impl Default for EvaluateOptions {
             max_games: 0,
             max_steps: 0,
             threads: 0,
+            device: "cpu".to_owned(),
             model_hash: None,
             data_hash: None,
         }
@@ -469,7 +473,8 @@ pub fn evaluate(
             EvalError::Invalid(format!("cannot start {} threads: {e}", options.threads))
         })?;
     pool.install(|| {
-        let device = Device::flex();
+        let device = cwm_models::device_by_name(&options.device)
+            .map_err(|e| EvalError::model("device", e))?;
         let (model, config) = load_model(&checkpoint, &device)
             .map_err(|e| EvalError::model(checkpoint.display().to_string(), e))?;
         run_evaluation(
@@ -588,11 +593,12 @@ const PARAMS: &[ParamSpec] = &[
         "keep the first N tokens of each game, START included (0 = full games)",
     ),
     ParamSpec::with_default(
-        "threads",
-        ParamType::Int,
-        ParamDefault::Int(0),
-        "worker threads (0 = all the executor has)",
+        "device",
+        ParamType::Str,
+        ParamDefault::Str("cpu"),
+        "where the model runs: cpu, cuda or cuda:N (cuda needs a build with --features cuda)",
     ),
+    cwm_stage::THREADS_PARAM,
 ];
 
 const INPUTS: &[InputSpec] = &[
@@ -650,10 +656,7 @@ impl StageKind for EvaluateStage {
     }
 
     fn threads(&self, params: &Params) -> Threads {
-        match params.int("threads") {
-            Ok(n) if n > 0 => Threads::Fixed(n as usize),
-            _ => Threads::All,
-        }
+        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -669,6 +672,7 @@ impl StageKind for EvaluateStage {
             max_games: uint_param(params, "max_games")?,
             max_steps: uint_param(params, "max_steps")? as usize,
             threads: ctx.threads(),
+            device: params.str("device")?.to_owned(),
             model_hash: hash("model"),
             data_hash: hash("data"),
         };

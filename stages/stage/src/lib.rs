@@ -58,6 +58,27 @@ pub enum Threads {
     All,
 }
 
+impl Threads {
+    /// The claim of a stage whose `threads` param ([`THREADS_PARAM`]) says how many worker
+    /// threads it uses: `n > 0` claims `n`, `0` (or no such param) claims all.
+    pub fn from_param(params: &Params) -> Threads {
+        match params.int("threads") {
+            Ok(n) if n > 0 => Threads::Fixed(n as usize),
+            _ => Threads::All,
+        }
+    }
+}
+
+/// The `threads` param of the stages that parallelise their own work (0 = all the executor
+/// has); read it with [`Threads::from_param`]. It is not part of what they compute, so stages
+/// leave it out of anything else derived from their params.
+pub const THREADS_PARAM: ParamSpec = ParamSpec::with_default(
+    "threads",
+    ParamType::Int,
+    ParamDefault::Int(0),
+    "worker threads (0 = all the executor has)",
+);
+
 /// Declares the inputs a stage kind takes.
 #[derive(Debug, Clone, Copy)]
 pub enum InputsDecl {

@@ -133,6 +133,36 @@ impl ModuleVisitor for NormVisitor<'_> {
     }
 }
 
+/// Collects, per float parameter, the sum of `x − x`: 0 when every element is finite, NaN
+/// when one is NaN or infinite (and never an overflow, unlike a plain sum).
+struct FiniteVisitor {
+    sums: Vec<Tensor<1>>,
+}
+
+impl ModuleVisitor for FiniteVisitor {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let x = param.val().inner();
+        let n = x.shape().num_elements();
+        let x = x.reshape([n]);
+        self.sums.push((x.clone() - x).sum());
+    }
+}
+
+/// Whether every float parameter of `model` is finite (spec D.1 step 7's check after an
+/// update), with one read-back for the whole model.
+///
+/// # Errors
+/// [`TrainError::Failed`] when a value cannot be read back from the device.
+pub fn params_finite<M: Module>(model: &M) -> Result<bool, TrainError> {
+    let mut visitor = FiniteVisitor { sums: Vec::new() };
+    model.visit(&mut visitor);
+    if visitor.sums.is_empty() {
+        return Ok(true);
+    }
+    let sums = read_f32(Tensor::cat(visitor.sums, 0))?;
+    Ok(sums.iter().all(|s| s.is_finite()))
+}
+
 struct UpdateMapper<'a> {
     path: Vec<String>,
     grads: &'a GradientsParams,

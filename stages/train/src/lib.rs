@@ -36,7 +36,6 @@ pub mod train;
 
 use std::path::{Path, PathBuf};
 
-use burn::prelude::Device;
 use cwm_models::{Family, ModelConfig, Rope, Size};
 use cwm_stage::{
     InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext, StageError,
@@ -193,11 +192,12 @@ pub const PARAMS: &[ParamSpec] = &[
         "save the resumable state every N steps (0 = never)",
     ),
     ParamSpec::with_default(
-        "threads",
-        ParamType::Int,
-        ParamDefault::Int(0),
-        "worker threads (0 = all the executor has)",
+        "device",
+        ParamType::Str,
+        ParamDefault::Str("cpu"),
+        "where the model trains: cpu, cuda or cuda:N (cuda needs a build with --features cuda)",
     ),
+    cwm_stage::THREADS_PARAM,
 ];
 
 const INPUTS: &[InputSpec] = &[
@@ -433,10 +433,7 @@ impl StageKind for TrainStage {
     }
 
     fn threads(&self, params: &Params) -> Threads {
-        match params.int("threads") {
-            Ok(n) if n > 0 => Threads::Fixed(n as usize),
-            _ => Threads::All,
-        }
+        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -499,7 +496,9 @@ impl StageKind for TrainStage {
             .map_err(|e| {
                 StageError::failed(format!("cannot start {} threads: {e}", ctx.threads()))
             })?;
-        let device = Device::flex();
+        let device_name = text(ctx.params(), "device")?;
+        let device = cwm_models::device_by_name(device_name).map_err(TrainError::from)?;
+        log(&format!("device {device_name}"));
         match pool.install(|| train(&config, &paths, &control, &device))? {
             RunEnd::Finished(summary) => {
                 log(&format!(

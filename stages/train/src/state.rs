@@ -38,7 +38,7 @@ const OPTIMIZER_FILE: &str = "optimizer.bin";
 pub struct RunState {
     /// Global step: batches seen, skipped ones included.
     pub step: u64,
-    /// Optimizer updates applied (the scheduler position).
+    /// Optimizer updates applied (the scheduler position), rolled-back ones included.
     pub opt_steps: u64,
     /// The current epoch (0-based).
     pub epoch: u64,
@@ -46,8 +46,10 @@ pub struct RunState {
     pub position: Position,
     /// Batches taken from the current epoch.
     pub epoch_batches: u64,
-    /// Batches skipped by the NaN guard.
+    /// Batches skipped by the NaN guard, rolled-back ones included.
     pub skipped: u64,
+    /// Updates undone because a parameter became non-finite (spec D.1 step 7).
+    pub rolled_back: u64,
     /// Consecutive skipped batches up to now.
     pub consecutive_bad: u64,
     /// Valid training tokens seen.
@@ -72,6 +74,7 @@ impl RunState {
             position: Position::default(),
             epoch_batches: 0,
             skipped: 0,
+            rolled_back: 0,
             consecutive_bad: 0,
             tokens: 0,
             train_s: 0.0,
@@ -159,6 +162,7 @@ pub fn save(
         "position": {"shard": p.position.shard, "game": p.position.game},
         "epoch_batches": p.epoch_batches,
         "skipped": p.skipped,
+        "rolled_back": p.rolled_back,
         "consecutive_bad": p.consecutive_bad,
         "tokens": p.tokens,
         "train_s": bits(p.train_s),
@@ -285,6 +289,7 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         position,
         epoch_batches: u("epoch_batches")?,
         skipped: u("skipped")?,
+        rolled_back: u("rolled_back")?,
         consecutive_bad: u("consecutive_bad")?,
         tokens: u("tokens")?,
         train_s: f(&v["train_s"], "train_s")?,

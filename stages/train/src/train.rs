@@ -11,14 +11,19 @@
 //!    global gradient norm, clipping, and a non-finite norm also skips; skipped batches neither
 //!    update nor advance the schedule, and are always logged; 20 consecutive skips abort;
 //! 6. AdamW update with `lr · λ(opt_steps)`, then `opt_steps += 1`;
-//! 7. log every `log_every` steps; validate every `val_every` steps; save the partial state
+//! 7. parameter check: if any parameter became non-finite, the weights are restored from the
+//!    last in-memory snapshot (taken at the start and every [`NAN_SNAPSHOT_EVERY`] good steps);
+//!    as in the reference, AdamW's moments and the schedule are not rolled back, and the batch
+//!    counts as skipped (bad) toward the limit of 20 in a row;
+//! 8. log every `log_every` steps; validate every `val_every` steps; save the partial state
 //!    every `checkpoint_every` steps.
 //!
 //! At an epoch end it validates when `val_every > 0` (unless it just did); at the end of the
 //! run it validates unless it just did, and writes the outputs.
 //!
-//! Not done (unlike the reference): the parameter check after each update with rollback to an
-//! in-memory snapshot (spec D.1 step 7).
+//! The snapshot lives in memory only: a run resumed from its partial state takes a fresh one
+//! at the resumed step, so a rollback after a resume may restore later weights than the
+//! uninterrupted run would have (runs without a rollback are unaffected).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -34,7 +39,7 @@ use cwm_stages_data::ShardReader;
 use serde_json::{Map, Value, json};
 
 use crate::TrainError;
-use crate::adamw::{AdamW, AdamWConfig};
+use crate::adamw::{AdamW, AdamWConfig, params_finite};
 use crate::data::{Batch, EpochReader, Position, epoch_order, shard_files};
 use crate::output::{
     CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, StepRow, VAL_FILE, ValRow, write_json, write_steps,
@@ -45,6 +50,10 @@ use crate::state::{self, RunState};
 
 /// Consecutive skipped batches after which training aborts (the reference's default).
 pub const MAX_CONSECUTIVE_BAD: u64 = 20;
+
+/// Good steps between two in-memory weight snapshots for the rollback of spec D.1 step 7 (the
+/// reference's `nan_snapshot_every`).
+pub const NAN_SNAPSHOT_EVERY: u64 = 500;
 
 /// The backend's random generator is process-wide (burn's `flex` keeps one global seed), so
 /// reseeding and the forward pass that draws dropout masks run under this lock: two trainings
@@ -416,6 +425,8 @@ pub fn train(
     control.progress.inc(run.step);
 
     let base_s = run.train_s;
+    let mut snapshot = model.clone();
+    let mut good_since_snapshot = 0u64;
     let mut reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
     let mut window_tokens = 0u64;
     let mut window_start = Instant::now();
@@ -480,30 +491,49 @@ pub fn train(
             state_loss(logits, targets, mask)?.loss
         };
         let loss_value = scalar(loss.clone().detach())?;
+        let mut rolled_back = false;
         let (grad_norm, skipped) = if loss_value.is_finite() {
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             let (next, outcome) = optim.step(model, &grads, lr)?;
             model = next;
-            (outcome.grad_norm, !outcome.applied)
+            if outcome.applied {
+                // The update happened and the schedule moves on, even if it is rolled back.
+                run.opt_steps += 1;
+                if !params_finite(&model)? {
+                    model = snapshot.clone();
+                    rolled_back = true;
+                    run.rolled_back += 1;
+                }
+            }
+            (outcome.grad_norm, !outcome.applied || rolled_back)
         } else {
             (f64::NAN, true)
         };
         if skipped {
             run.skipped += 1;
             run.consecutive_bad += 1;
+            let what = if rolled_back {
+                "a parameter became non-finite; weights restored from the last snapshot"
+            } else {
+                "no update"
+            };
             (control.log)(&format!(
-                "step {}: skipped (loss {loss_value}, grad norm {grad_norm})",
+                "step {}: skipped (loss {loss_value}, grad norm {grad_norm}): {what}",
                 run.step
             ));
             if run.consecutive_bad >= MAX_CONSECUTIVE_BAD {
                 return Err(TrainError::Failed(format!(
-                    "{MAX_CONSECUTIVE_BAD} consecutive batches skipped (non-finite loss or gradient norm), last at step {}",
+                    "{MAX_CONSECUTIVE_BAD} consecutive batches skipped (non-finite loss, gradient norm or parameters), last at step {}",
                     run.step
                 )));
             }
         } else {
-            run.opt_steps += 1;
             run.consecutive_bad = 0;
+            good_since_snapshot += 1;
+            if good_since_snapshot >= NAN_SNAPSHOT_EVERY {
+                snapshot = model.clone();
+                good_since_snapshot = 0;
+            }
         }
         run.tokens += batch.tokens();
         window_tokens += batch.tokens();
@@ -582,6 +612,7 @@ pub fn train(
         "epochs_done": run.epoch,
         "tokens": run.tokens,
         "skipped_steps": run.skipped,
+        "rolled_back_steps": run.rolled_back,
         "tokens_per_s": if wall_s > 0.0 { run.tokens as f64 / wall_s } else { 0.0 },
         "wall_s": wall_s,
         "final_val": run.vals.last().map(ValRow::to_json),

@@ -230,6 +230,17 @@ fn steps_content(path: &Path) -> (Vec<u64>, Vec<u32>, Vec<Vec<u64>>, Vec<bool>) 
     )
 }
 
+/// Every parameter of the checkpoint in the train output `dir`, as f32 bit patterns under the
+/// PyTorch key names.
+fn weights(dir: &Path) -> Vec<(String, Vec<u32>)> {
+    let (model, _) = cwm_models::load_model(&dir.join(CHECKPOINT_DIR), &Device::flex()).unwrap();
+    cwm_models::interop::torch_state_dict(&model)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.key, t.values.iter().map(|v| v.to_bits()).collect()))
+        .collect()
+}
+
 /// Train N steps straight; train again, "crash" after a checkpoint (mid-epoch, after an epoch
 /// boundary, with dropout active), resume to N: the final weights and logs are bit-identical.
 #[test]
@@ -280,15 +291,6 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
 
     // Every parameter, bit for bit (the burnpack file itself also records per-process
     // parameter ids, so its bytes differ between two identical runs).
-    let weights = |dir: &Path| -> Vec<(String, Vec<u32>)> {
-        let (model, _) =
-            cwm_models::load_model(&dir.join(CHECKPOINT_DIR), &Device::flex()).unwrap();
-        cwm_models::interop::torch_state_dict(&model)
-            .unwrap()
-            .into_iter()
-            .map(|t| (t.key, t.values.iter().map(|v| v.to_bits()).collect()))
-            .collect()
-    };
     let straight_weights = weights(&straight);
     assert!(!straight_weights.is_empty());
     assert!(
@@ -334,8 +336,8 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
     eprintln!("resume test: {:.1} s", start.elapsed().as_secs_f64());
 }
 
-/// An absurd learning rate blows the weights up after the first update; every later batch has
-/// a non-finite loss and is skipped, counted and logged, and the weights stay as they were.
+/// An absurd learning rate blows the weights up: each batch is either skipped for a
+/// non-finite loss or its update is rolled back (spec D.1 step 7); all are counted and logged.
 #[test]
 fn non_finite_losses_are_skipped_counted_and_logged() {
     let mut config = small(Family::SliceDiag);
@@ -348,6 +350,7 @@ fn non_finite_losses_are_skipped_counted_and_logged() {
     };
     let steps = read_table(&out.join(STEPS_FILE));
     let skipped = summary["skipped_steps"].as_u64().unwrap();
+    let rolled_back = summary["rolled_back_steps"].as_u64().unwrap();
     assert!(skipped >= 4, "{summary}");
     assert_eq!(
         steps.u64s("step").len() as u64,
@@ -355,5 +358,59 @@ fn non_finite_losses_are_skipped_counted_and_logged() {
         "every skipped step is logged"
     );
     assert_eq!(*steps.u64s("step").last().unwrap(), 6);
-    assert_eq!(summary["optimizer_steps"].as_u64().unwrap() + skipped, 6);
+    // A rolled-back update moved the schedule and is also a skipped batch.
+    assert_eq!(
+        summary["optimizer_steps"].as_u64().unwrap() + skipped - rolled_back,
+        6,
+        "{summary}"
+    );
+}
+
+/// A learning rate whose step size overflows f32 makes every updated parameter non-finite:
+/// each update is rolled back to the snapshot taken at the start, so the run ends with its
+/// initial weights, every batch counted as skipped and the schedule advanced by every update;
+/// 20 such batches in a row abort the run.
+#[test]
+fn non_finite_parameters_are_rolled_back_to_the_snapshot() {
+    let mut config = small(Family::Transformer);
+    config.steps = 4;
+    config.lr = 1e39;
+    config.log_every = 0;
+    let out = data().root.join("rollback");
+    let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
+        panic!("not finished")
+    };
+    assert_eq!(summary["skipped_steps"].as_u64(), Some(4), "{summary}");
+    assert_eq!(summary["rolled_back_steps"].as_u64(), Some(4), "{summary}");
+    assert_eq!(summary["optimizer_steps"].as_u64(), Some(4), "{summary}");
+    let initial = {
+        let device = Device::flex().autodiff();
+        let model = init_model(&config.model, config.seed, &device).unwrap();
+        let dir = data().root.join("rollback-init");
+        cwm_models::save_model(&dir.join(CHECKPOINT_DIR), &model, &config.model).unwrap();
+        weights(&dir)
+    };
+    assert!(weights(&out) == initial, "the weights are the initial ones");
+
+    config.steps = 25;
+    let d = data();
+    let paths = TrainPaths {
+        train: d.train.clone(),
+        val: None,
+        out: d.root.join("rollback-abort"),
+        partial: None,
+        key: "test-key".into(),
+    };
+    let control = RunControl {
+        progress: &Progress::disabled(),
+        cancelled: &|| false,
+        log: &|_| {},
+        stop_after: None,
+        extra_hparams: Map::new(),
+    };
+    let err = train(&config, &paths, &control, &Device::flex()).unwrap_err();
+    assert!(
+        err.to_string().contains("20 consecutive batches skipped"),
+        "{err}"
+    );
 }
