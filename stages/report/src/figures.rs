@@ -169,6 +169,52 @@ fn padded(lo: f64, hi: f64) -> (f64, f64) {
     (lo - span * 0.08, hi + span * 0.08)
 }
 
+/// Tick positions for the parameter axis on `[lo, hi]`: multiples of a power of ten (or of
+/// twice or five times one) giving two to eight ticks, so that a narrow range (models of one
+/// size, 3.13M and 3.14M) still gets labelled ticks, which plotters' log-scale default does
+/// not give between two powers of ten.
+fn parameter_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && hi > lo && lo > 0.0) {
+        return Vec::new();
+    }
+    let decade = 10f64.powf((hi - lo).log10().floor());
+    let ticks_with = |step: f64| -> Vec<f64> {
+        let first = (lo / step).ceil() as i64;
+        let last = (hi / step).floor() as i64;
+        (first..=last).map(|k| k as f64 * step).collect()
+    };
+    for step in [
+        decade / 10.0,
+        decade / 5.0,
+        decade / 2.0,
+        decade,
+        decade * 2.0,
+        decade * 5.0,
+    ] {
+        let ticks = ticks_with(step);
+        if (2..=8).contains(&ticks.len()) {
+            return ticks;
+        }
+    }
+    ticks_with(decade)
+}
+
+/// Decimals that keep the labels of about ten ticks on `[lo, hi]` distinct (0 to 4).
+fn axis_decimals(lo: f64, hi: f64) -> usize {
+    let step = (hi - lo) / 10.0;
+    if !(step.is_finite() && step > 0.0) {
+        return 2;
+    }
+    (-step.log10()).ceil().clamp(0.0, 4.0) as usize
+}
+
+/// A parameter count in millions with as many decimals as it needs (at most three).
+fn millions(x: f64) -> String {
+    let text = format!("{:.3}", x / 1e6);
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}M")
+}
+
 fn draw_figure<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &FigureSpec,
@@ -201,21 +247,24 @@ where
             values.iter().copied().fold(f64::INFINITY, f64::min),
             values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         );
+        let decimals = axis_decimals(ymin, ymax);
         let mut chart = ChartBuilder::on(area)
             .margin(12)
             .x_label_area_size(50)
             .y_label_area_size(70)
-            .build_cartesian_2d((xmin..xmax).log_scale(), ymin..ymax)
+            .build_cartesian_2d(
+                (xmin..xmax)
+                    .log_scale()
+                    .with_key_points(parameter_ticks(xmin, xmax)),
+                ymin..ymax,
+            )
             .map_err(err)?;
         chart
             .configure_mesh()
             .x_desc("Parameters")
             .y_desc(metric.label())
-            .x_label_formatter(&|x| format!("{:.1}M", x / 1e6))
-            .y_label_formatter(&|y| match metric {
-                Metric::Loss => format!("{y:.3}"),
-                Metric::ExactState => format!("{y:.1}"),
-            })
+            .x_label_formatter(&|x| millions(*x))
+            .y_label_formatter(&|y| format!("{y:.decimals$}"))
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 16))
             .draw()
@@ -362,6 +411,22 @@ pub fn render(spec: &FigureSpec, dir: &Path, stem: &str) -> Result<(), ReportErr
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parameter_ticks_label_narrow_and_wide_ranges() {
+        let narrow = super::parameter_ticks(3.13e6 * 0.8, 3.14e6 * 1.25);
+        assert!((2..=8).contains(&narrow.len()), "{narrow:?}");
+        assert!(narrow.iter().all(|&t| (2.504e6..=3.925e6).contains(&t)));
+        let wide = super::parameter_ticks(2.5e6, 75e6);
+        assert!((2..=8).contains(&wide.len()), "{wide:?}");
+        assert!(super::parameter_ticks(1.0, 1.0).is_empty());
+        assert_eq!(super::axis_decimals(0.25, 0.39), 2);
+        assert_eq!(super::axis_decimals(1.0, 2.2), 1);
+        assert_eq!(super::axis_decimals(0.0, 100.0), 0);
+        assert_eq!(super::millions(3_128_150.0), "3.128M");
+        assert_eq!(super::millions(3_000_000.0), "3M");
+        assert_eq!(super::millions(2_500_000.0), "2.5M");
+    }
+
     use super::*;
 
     #[test]
