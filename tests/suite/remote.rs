@@ -349,9 +349,10 @@ fn sigkill_during_push_pull_and_gc_never_corrupts_a_store_or_the_remote() {
     let dir = std::env::temp_dir().join(format!("cwm-remote-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let remote = format!("file://{}", dir.display());
-    // Three artifacts of 8 MB each plus a consumer: transfers take long enough
-    // for kills to land inside them.
-    let pipeline = "stages:\n  big:\n    uses: command\n    matrix: {n: [1, 2, 3]}\n    params: {cmd: 'head -c 8000000 /dev/urandom > \"$CWM_OUT/z\"; echo $CWM_PARAM_n > \"$CWM_OUT/n\"'}\n  sum:\n    uses: command\n    inputs: {b: big}\n    params: {cmd: 'cat $CWM_IN_b/n > \"$CWM_OUT/ns\"'}\n".replace("$CWM_IN_b/n", "$(for d in $CWM_IN_b; do echo $d/n; done)");
+    // Three artifacts of 20 MB each plus a consumer: transfers take long enough
+    // for kills to land inside them, and each file is above the multipart
+    // threshold (16 MiB), so kills also land inside multipart uploads.
+    let pipeline = "stages:\n  big:\n    uses: command\n    matrix: {n: [1, 2, 3]}\n    params: {cmd: 'head -c 20000000 /dev/urandom > \"$CWM_OUT/z\"; echo $CWM_PARAM_n > \"$CWM_OUT/n\"'}\n  sum:\n    uses: command\n    inputs: {b: big}\n    params: {cmd: 'cat $CWM_IN_b/n > \"$CWM_OUT/ns\"'}\n".replace("$CWM_IN_b/n", "$(for d in $CWM_IN_b; do echo $d/n; done)");
     let a = Workspace::new("kill-push");
     a.pipeline(&pipeline);
     assert!(names(&a.run_json(&[]), "failed").is_empty());
