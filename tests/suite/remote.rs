@@ -184,19 +184,7 @@ fn collaborators_share_results_through_a_local_s3_server() {
     let a = Workspace::new("s3-a");
     a.pipeline(PIPELINE);
     a.run_json(&[]);
-    let run = |ws: &Workspace, args: &[&str]| {
-        let mut cmd = super::cwm_command(&ws.dir, args);
-        for (k, v) in &vars {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |ws: &Workspace, args: &[&str]| ok_with_env(ws, args, &vars);
     assert!(run(&a, &["push", "--remote", url]).contains("2 artifacts"));
     let b = Workspace::new("s3-b");
     b.pipeline(PIPELINE);
@@ -207,6 +195,21 @@ fn collaborators_share_results_through_a_local_s3_server() {
     // The secret never reaches the lock file or the store.
     let lock = std::fs::read_to_string(b.dir.join("cwm.lock")).unwrap();
     assert!(!lock.contains("test-secret"));
+}
+
+/// Runs cwm in `ws` with `env` added to its environment; asserts success and returns stdout.
+fn ok_with_env(ws: &Workspace, args: &[&str], env: &[(&str, String)]) -> String {
+    let mut cmd = super::cwm_command(&ws.dir, args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A 40 MiB file: above `MULTIPART_PART_BYTES` (16 MiB), so it goes up as a three-part
@@ -223,19 +226,7 @@ stages:
 /// Pushes an artifact with a 40 MiB file to `url`, pulls it into a second workspace and checks
 /// the bytes; `env` configures the child processes (S3 endpoint and credentials).
 fn large_file_round_trip(url: &str, tag: &str, env: &[(&str, String)]) {
-    let run = |ws: &Workspace, args: &[&str]| {
-        let mut cmd = super::cwm_command(&ws.dir, args);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |ws: &Workspace, args: &[&str]| ok_with_env(ws, args, env);
     let a = Workspace::new(&format!("large-a-{tag}"));
     a.pipeline(LARGE_PIPELINE);
     a.run_json(&[]);
