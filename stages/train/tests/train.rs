@@ -414,3 +414,28 @@ fn non_finite_parameters_are_rolled_back_to_the_snapshot() {
         "{err}"
     );
 }
+
+/// The same run on pools of 1, 2 and 4 threads (the stage runs training inside such a pool):
+/// burn's CPU backend must not make the weights depend on how many threads it was given, or a
+/// resume on another machine would not be exact.
+#[test]
+fn thread_count_does_not_change_the_weights() {
+    let mut config = small(Family::SliceDiag);
+    config.steps = 6;
+    config.log_every = 0;
+    let d = data();
+    let mut results = Vec::new();
+    for threads in [1, 2, 4] {
+        let out = d.root.join(format!("threads-{threads}"));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| run(&config, &out, None, None));
+        results.push(weights(&out));
+    }
+    assert!(
+        results[0] == results[1] && results[1] == results[2],
+        "weights differ between 1, 2 and 4 threads"
+    );
+}
