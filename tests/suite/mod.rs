@@ -122,3 +122,17 @@ pub fn names(summary: &serde_json::Value, field: &str) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Deterministic pseudo-random delays in `0..max_ms` for the kill tests (xorshift from `seed`;
+/// no RNG dependency).
+pub fn kill_delays(n: usize, max_ms: u64, seed: u64) -> Vec<u64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % max_ms
+        })
+        .collect()
+}

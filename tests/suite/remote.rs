@@ -1,7 +1,7 @@
 //! Sharing results by hash: push, pull, the collaborator flow, and a real
 //! S3-compatible server (moto's, started on 127.0.0.1) when it is installed.
 
-use super::{Workspace, names};
+use super::{Workspace, kill_delays, names};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -301,19 +301,6 @@ fn a_remote_of_a_feature_this_build_lacks_is_named_with_the_feature() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Deterministic pseudo-random delays in `0..max_ms` (xorshift; no RNG dependency).
-fn kill_delays(n: usize, max_ms: u64, seed: u64) -> Vec<u64> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % max_ms
-        })
-        .collect()
 }
 
 /// Spawns `cwm args` in `ws`, SIGKILLs it after `delay_ms`, and reaps it.

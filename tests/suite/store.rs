@@ -134,19 +134,6 @@ fn gc_removes_only_what_nothing_refers_to() {
     assert_eq!(names(&ws.run_json(&[]), "ran"), ["a", "b"]);
 }
 
-/// Deterministic pseudo-random delays (no RNG dependency in tests).
-fn delays(n: usize, max_ms: u64) -> Vec<u64> {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % max_ms
-        })
-        .collect()
-}
-
 #[test]
 fn sigkill_at_random_moments_never_leaves_a_corrupt_store() {
     let ws = Workspace::new("killtest");
@@ -156,7 +143,7 @@ fn sigkill_at_random_moments_never_leaves_a_corrupt_store() {
             .replace("${n}", "$CWM_PARAM_n")
             .as_str(),
     );
-    let trials = delays(12, 400);
+    let trials = super::kill_delays(12, 400, 0x2545_f491_4f6c_dd1d);
     let mut corrupt = 0;
     for (trial, delay) in trials.iter().enumerate() {
         let mut child = cwm_command(&ws.dir, &["run", "-j", "2"])
