@@ -10,9 +10,14 @@
 //!   Table 3, plus games and plies) and a `README.md` with the layout.
 //!
 //! States are recomputed from the stored move ids by replaying them with shakmaty (each id must
-//! be a legal move, else the stage fails: the input is not a games table of legal games). The
-//! replay runs on a local rayon pool over batches of [`BATCH_GAMES`] games; output order equals
-//! input order for any thread count. Memory is bounded by one batch and one row group.
+//! be a legal move, else the stage fails: the input is not a games table of legal games).
+//!
+//! Work is split by row group: the games are read [`ROW_GROUPS_PER_THREAD`] row groups per
+//! thread at a time, and each row group of [`SHARD_ROW_GROUP_GAMES`] games is replayed, built
+//! and encoded (Parquet encoding and zstd included) by one task of a local rayon pool; the
+//! calling thread only appends the encoded row groups to the shard files, in input order. The
+//! bytes written are therefore the same for any thread count. Memory is bounded by one such
+//! batch of row groups.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -20,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryBuilder, ListBuilder, RecordBatch, StringBuilder, UInt16Builder, UInt32Builder,
+    ArrayRef, BinaryBuilder, ListBuilder, StringBuilder, UInt16Builder, UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use cwm_chess::encode::{
@@ -31,6 +36,9 @@ use cwm_stage::{
     StageError, StageKind, Threads,
 };
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowRowGroupWriterFactory, compute_leaves};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 use rayon::prelude::*;
 use shakmaty::uci::UciMove;
@@ -40,10 +48,19 @@ use crate::DataError;
 use crate::games::{GameRecord, GamesReader, u16_item_field, writer_properties};
 use crate::parse::pool;
 
-/// Games replayed per parallel batch.
+/// Games replayed per parallel batch by the JSONL export.
 pub const BATCH_GAMES: usize = 1024;
-/// Games per Parquet row group of a shard.
+/// Row groups read, replayed and encoded per worker thread at a time.
+pub const ROW_GROUPS_PER_THREAD: usize = 2;
+/// Games per Parquet row group of a shard (the last row group of a shard may hold fewer).
 pub const SHARD_ROW_GROUP_GAMES: usize = 1024;
+/// The compression of the `states` column, most of a shard's bytes: zstd level 1, which
+/// compresses these labels about as well as level 3 in much less time (`cargo bench --bench
+/// data_path`).
+fn states_compression() -> Compression {
+    // Level 1 is zstd's and parquet's default level.
+    Compression::ZSTD(ZstdLevel::default())
+}
 /// Default games per shard.
 pub const DEFAULT_SHARD_GAMES: u64 = 100_000;
 
@@ -162,87 +179,166 @@ pub fn shard_schema() -> SchemaRef {
     ]))
 }
 
-struct ShardWriter {
+/// A shard file being written: the file writer, whose row groups arrive already encoded, and
+/// how many games it holds.
+struct ShardFile {
     path: PathBuf,
-    writer: ArrowWriter<BufWriter<File>>,
-    id: StringBuilder,
-    result: StringBuilder,
-    plies: UInt32Builder,
-    moves: ListBuilder<UInt16Builder>,
-    states: BinaryBuilder,
-    pending: usize,
+    writer: SerializedFileWriter<BufWriter<File>>,
     games: u64,
+    row_groups: usize,
 }
 
-impl ShardWriter {
-    fn create(path: PathBuf, ep: EpConvention) -> Result<ShardWriter, DataError> {
+impl ShardFile {
+    /// Creates the shard at `path` and the factory of column writers for its row groups (the
+    /// same for every shard: same schema, same properties).
+    fn create(
+        path: PathBuf,
+        ep: EpConvention,
+    ) -> Result<(ShardFile, ArrowRowGroupWriterFactory), DataError> {
         let file = File::create(&path).map_err(|e| DataError::io(&path, e))?;
         let metadata = [("cwm.ep_convention".to_owned(), ep_name(ep).to_owned())];
         let props = writer_properties(SHARD_ROW_GROUP_GAMES, &metadata)
             .into_builder()
             .set_column_dictionary_enabled(ColumnPath::from("states"), false)
             .set_column_dictionary_enabled(ColumnPath::from("id"), false)
+            .set_column_compression(ColumnPath::from("states"), states_compression())
             .build();
-        let writer = ArrowWriter::try_new(BufWriter::new(file), shard_schema(), Some(props))
-            .map_err(|e| DataError::parquet(&path, e))?;
-        Ok(ShardWriter {
+        let (writer, factory) =
+            ArrowWriter::try_new(BufWriter::new(file), shard_schema(), Some(props))
+                .and_then(ArrowWriter::into_serialized_writer)
+                .map_err(|e| DataError::parquet(&path, e))?;
+        let shard = ShardFile {
             path,
             writer,
-            id: StringBuilder::new(),
-            result: StringBuilder::new(),
-            plies: UInt32Builder::new(),
-            moves: ListBuilder::new(UInt16Builder::new()).with_field(u16_item_field()),
-            states: BinaryBuilder::new(),
-            pending: 0,
             games: 0,
-        })
+            row_groups: 0,
+        };
+        Ok((shard, factory))
     }
 
-    fn push(&mut self, game: &GameRecord, states: &[u8]) -> Result<(), DataError> {
-        self.id.append_value(&game.id);
-        self.result.append_value(&game.result);
-        self.plies
-            .append_value(u32::try_from(game.moves.len()).unwrap_or(u32::MAX));
-        self.moves.values().append_value(START);
-        self.moves.values().append_slice(&game.moves);
-        self.moves.append(true);
-        self.states.append_value(states);
-        self.pending += 1;
-        self.games += 1;
-        if self.pending >= SHARD_ROW_GROUP_GAMES {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), DataError> {
-        if self.pending == 0 {
-            return Ok(());
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.id.finish()),
-            Arc::new(self.result.finish()),
-            Arc::new(self.plies.finish()),
-            Arc::new(self.moves.finish()),
-            Arc::new(self.states.finish()),
-        ];
-        let batch = RecordBatch::try_new(shard_schema(), columns)
-            .map_err(|e| DataError::arrow(&self.path, e))?;
-        self.writer
-            .write(&batch)
-            .and_then(|()| self.writer.flush())
+    /// Appends one encoded row group of `games` games.
+    fn append(&mut self, chunks: Vec<ArrowColumnChunk>, games: usize) -> Result<(), DataError> {
+        let mut row_group = self
+            .writer
+            .next_row_group()
             .map_err(|e| DataError::parquet(&self.path, e))?;
-        self.pending = 0;
+        for chunk in chunks {
+            chunk
+                .append_to_row_group(&mut row_group)
+                .map_err(|e| DataError::parquet(&self.path, e))?;
+        }
+        row_group
+            .close()
+            .map_err(|e| DataError::parquet(&self.path, e))?;
+        self.games += games as u64;
+        self.row_groups += 1;
         Ok(())
     }
 
-    fn finish(mut self) -> Result<PathBuf, DataError> {
-        self.flush()?;
+    fn finish(self) -> Result<PathBuf, DataError> {
         self.writer
             .close()
             .map_err(|e| DataError::parquet(&self.path, e))?;
         Ok(self.path)
     }
+}
+
+/// One row group to encode: a run of consecutive games of a batch that ends up in one shard.
+#[derive(Debug, Clone)]
+struct RowGroupPlan {
+    /// The games, as a range of the batch.
+    games: std::ops::Range<usize>,
+    /// Whether this row group starts a new shard file.
+    new_shard: bool,
+    /// Index of the row group within its shard.
+    row_group: usize,
+}
+
+/// Cuts a batch of `len` games into row groups of at most [`SHARD_ROW_GROUP_GAMES`] games that
+/// never straddle a shard boundary, continuing from a shard that already holds
+/// `games_in_shard` games in `row_groups` row groups.
+fn plan_row_groups(
+    len: usize,
+    shard_games: u64,
+    mut games_in_shard: u64,
+    mut row_groups: usize,
+) -> Vec<RowGroupPlan> {
+    let mut plans = Vec::new();
+    let mut start = 0;
+    while start < len {
+        let new_shard = games_in_shard >= shard_games;
+        if new_shard {
+            games_in_shard = 0;
+            row_groups = 0;
+        }
+        let room = usize::try_from(shard_games - games_in_shard).unwrap_or(usize::MAX);
+        let end = len.min(start + SHARD_ROW_GROUP_GAMES.min(room));
+        plans.push(RowGroupPlan {
+            games: start..end,
+            new_shard,
+            row_group: row_groups,
+        });
+        games_in_shard += (end - start) as u64;
+        row_groups += 1;
+        start = end;
+    }
+    plans
+}
+
+/// Replays the states of `games` and encodes them as one row group of a shard: every column
+/// built, encoded and compressed here, so row groups are encoded in parallel and only appended
+/// in order by the caller.
+fn encode_row_group(
+    factory: &ArrowRowGroupWriterFactory,
+    row_group: usize,
+    games: &[GameRecord],
+    ep: EpConvention,
+    path: &Path,
+) -> Result<Vec<ArrowColumnChunk>, DataError> {
+    let mut id = StringBuilder::new();
+    let mut result = StringBuilder::new();
+    let mut plies = UInt32Builder::with_capacity(games.len());
+    let mut moves = ListBuilder::new(UInt16Builder::new()).with_field(u16_item_field());
+    let state_bytes: usize = games.iter().map(|g| (g.moves.len() + 1) * STATE_LEN).sum();
+    let mut states = BinaryBuilder::with_capacity(games.len(), state_bytes);
+    let mut labels = Vec::new();
+    for game in games {
+        replay_states(&game.id, &game.moves, ep, &mut labels)?;
+        id.append_value(&game.id);
+        result.append_value(&game.result);
+        plies.append_value(u32::try_from(game.moves.len()).unwrap_or(u32::MAX));
+        moves.values().append_value(START);
+        moves.values().append_slice(&game.moves);
+        moves.append(true);
+        states.append_value(&labels);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(id.finish()),
+        Arc::new(result.finish()),
+        Arc::new(plies.finish()),
+        Arc::new(moves.finish()),
+        Arc::new(states.finish()),
+    ];
+    let parquet = |e| DataError::parquet(path, e);
+    let mut writers = factory.create_column_writers(row_group).map_err(parquet)?;
+    let mut next_writer = writers.iter_mut();
+    for (field, column) in shard_schema().fields().iter().zip(&columns) {
+        for leaf in compute_leaves(field, column).map_err(parquet)? {
+            let writer = next_writer.next().ok_or_else(|| {
+                DataError::parquet(
+                    path,
+                    parquet::errors::ParquetError::General(
+                        "fewer column writers than leaves".into(),
+                    ),
+                )
+            })?;
+            writer.write(&leaf).map_err(parquet)?;
+        }
+    }
+    writers
+        .into_iter()
+        .map(|w| w.close().map_err(parquet))
+        .collect()
 }
 
 /// The param spelling of an en-passant convention.
@@ -279,6 +375,7 @@ pub fn tokenize_games(
     progress.set_total(GamesReader::count_games(input)?);
     let pool = pool(options.threads)?;
     let ep = options.ep_convention;
+    let shard_path = |index: usize| out_dir.join(format!("shard_{index:06}.parquet"));
     let mut seen = vec![false; usize::from(NUM_MOVE_IDS)];
     let mut summary = TokenizeSummary {
         games: 0,
@@ -286,51 +383,56 @@ pub fn tokenize_games(
         distinct_move_ids: 0,
         shards: Vec::new(),
     };
-    let mut shard: Option<ShardWriter> = None;
-    for batch in GamesReader::open(input, BATCH_GAMES)? {
+    // The first shard exists from the start: an empty input still gives one (empty) shard, so
+    // readers find the schema.
+    let (mut shard, factory) = ShardFile::create(shard_path(0), ep)?;
+    let batch_games = SHARD_ROW_GROUP_GAMES * ROW_GROUPS_PER_THREAD * options.threads.max(1);
+    for batch in GamesReader::open(input, batch_games)? {
         if cancelled() {
             return Err(DataError::Cancelled);
         }
         let batch = batch?;
-        let states: Vec<Result<Vec<u8>, DataError>> = pool.install(|| {
-            batch
-                .par_iter()
-                .map(|game| {
-                    let mut states = Vec::new();
-                    replay_states(&game.id, &game.moves, ep, &mut states).map(|()| states)
+        let plans = plan_row_groups(batch.len(), shard_games, shard.games, shard.row_groups);
+        let mut shard_index = summary.shards.len();
+        let encoded: Vec<Result<Vec<ArrowColumnChunk>, DataError>> = {
+            let jobs: Vec<(&RowGroupPlan, PathBuf)> = plans
+                .iter()
+                .map(|plan| {
+                    shard_index += usize::from(plan.new_shard);
+                    (plan, shard_path(shard_index))
                 })
-                .collect()
-        });
-        for (game, states) in batch.iter().zip(states) {
-            let states = states?;
-            let writer = match &mut shard {
-                Some(w) if w.games < shard_games => w,
-                _ => {
-                    if let Some(full) = shard.take() {
-                        summary.shards.push(full.finish()?);
-                    }
-                    let path = out_dir.join(format!("shard_{:06}.parquet", summary.shards.len()));
-                    shard.insert(ShardWriter::create(path, ep)?)
-                }
-            };
-            writer.push(game, &states)?;
-            for &m in &game.moves {
-                if let Some(slot) = seen.get_mut(usize::from(m)) {
-                    *slot = true;
-                }
+                .collect();
+            pool.install(|| {
+                jobs.par_iter()
+                    .map(|(plan, path)| {
+                        let games = &batch[plan.games.clone()];
+                        encode_row_group(&factory, plan.row_group, games, ep, path)
+                    })
+                    .collect()
+            })
+        };
+        for (plan, chunks) in plans.iter().zip(encoded) {
+            let chunks = chunks?;
+            if plan.new_shard {
+                let next = shard_path(summary.shards.len() + 1);
+                let full = std::mem::replace(&mut shard, ShardFile::create(next, ep)?.0);
+                summary.shards.push(full.finish()?);
             }
-            summary.games += 1;
-            summary.plies += game.moves.len() as u64;
+            let games = &batch[plan.games.clone()];
+            shard.append(chunks, games.len())?;
+            for game in games {
+                for &m in &game.moves {
+                    if let Some(slot) = seen.get_mut(usize::from(m)) {
+                        *slot = true;
+                    }
+                }
+                summary.plies += game.moves.len() as u64;
+            }
+            summary.games += games.len() as u64;
         }
         progress.inc(batch.len() as u64);
     }
-    match shard {
-        Some(w) => summary.shards.push(w.finish()?),
-        // An empty input still gives one (empty) shard, so readers find the schema.
-        None => summary
-            .shards
-            .push(ShardWriter::create(out_dir.join("shard_000000.parquet"), ep)?.finish()?),
-    }
+    summary.shards.push(shard.finish()?);
     summary.distinct_move_ids = seen.iter().filter(|&&s| s).count();
     let coverage = serde_json::json!({
         "games": summary.games,
@@ -451,6 +553,82 @@ impl StageKind for TokenizeStage {
 mod tests {
     use super::*;
     use cwm_chess::replay::{ReplayConfig, replay_sans};
+
+    #[test]
+    fn row_groups_never_straddle_a_shard() {
+        let ranges = |plans: &[RowGroupPlan]| -> Vec<(usize, usize, bool, usize)> {
+            plans
+                .iter()
+                .map(|p| (p.games.start, p.games.end, p.new_shard, p.row_group))
+                .collect()
+        };
+        // A fresh shard of 1,500 games: a full row group, the shard's remaining 476 games,
+        // then a new shard.
+        let plans = plan_row_groups(2_500, 1_500, 0, 0);
+        assert_eq!(
+            ranges(&plans),
+            [
+                (0, 1024, false, 0),
+                (1024, 1500, false, 1),
+                (1500, 2500, true, 0)
+            ]
+        );
+        // Continuing a full shard starts a new one at once; a partial one is topped up first.
+        assert_eq!(
+            ranges(&plan_row_groups(10, 1_500, 1_500, 2)),
+            [(0, 10, true, 0)]
+        );
+        assert_eq!(
+            ranges(&plan_row_groups(10, 5, 3, 1)),
+            [(0, 2, false, 1), (2, 7, true, 0), (7, 10, true, 0)]
+        );
+        assert!(plan_row_groups(0, 5, 0, 0).is_empty());
+    }
+
+    #[test]
+    fn shards_are_byte_identical_for_any_thread_count() {
+        use crate::OutputFormat;
+        use crate::random_uniform::{RandomUniformOptions, generate_random_uniform};
+        use cwm_random_uniform::Mode;
+
+        let dir = std::env::temp_dir().join(format!("cwm-tok-threads-{}", std::process::id()));
+        let games_dir = dir.join("games");
+        let options = RandomUniformOptions {
+            games: 40,
+            seed: 11,
+            mode: Mode::Fast,
+            ..RandomUniformOptions::default()
+        };
+        let progress = Progress::disabled();
+        generate_random_uniform(
+            &options,
+            &games_dir,
+            OutputFormat::Parquet,
+            &progress,
+            &|| false,
+        )
+        .unwrap();
+        let mut outputs = Vec::new();
+        for threads in [1, 3] {
+            let out = dir.join(format!("tok-{threads}"));
+            std::fs::create_dir_all(&out).unwrap();
+            let options = TokenizeOptions {
+                shard_games: 17,
+                threads,
+                ..TokenizeOptions::default()
+            };
+            let summary = tokenize_games(&games_dir, &out, &options, &progress, &|| false).unwrap();
+            assert_eq!((summary.games, summary.shards.len()), (40, 3));
+            let bytes: Vec<Vec<u8>> = summary
+                .shards
+                .iter()
+                .map(|path| std::fs::read(path).unwrap())
+                .collect();
+            outputs.push(bytes);
+        }
+        assert_eq!(outputs[0], outputs[1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn replayed_states_equal_the_san_replay() {

@@ -8,28 +8,26 @@
 //!   `exact_state` f64, `labelwise` f64), one row per non-empty bin in order, and
 //!   `summary.json` ([`BinPrefixSummary`]).
 //!
-//! The aggregation streams the three columns it needs (`t`, `n_correct`, `exact`) a record
-//! batch at a time and keeps integer counts per bin (valid steps, exact steps, correct labels);
-//! the ratios are [`cwm_models::BinCounts`]'s, so a bin's figures equal the ones the metrics
-//! accumulator gives for the same steps. (Why not a SQL engine: `docs/query-engine.md`.) `end` is always
+//! The aggregation is a query ([`PREFIX_BINS_SQL`]) that DataFusion runs over the Parquet file:
+//! it scans the three columns it needs (`t`, `n_correct`, `exact`) and counts, per bin, valid
+//! steps, exact steps and correct labels as integers; the ratios are
+//! [`cwm_models::BinCounts`]'s, so a bin's figures equal the ones the metrics accumulator gives
+//! for the same steps. (Why DataFusion: `docs/query-engine.md`.) `end` is always
 //! `start + bin`, also for the last bin, which may hold fewer steps. Bins with no step are
 //! absent (the reference reports them with n = 0).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use std::collections::BTreeMap;
-
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Float64Array, RecordBatch, UInt8Array, UInt32Array, UInt64Array,
+    Array, ArrayRef, Float64Array, Int64Array, RecordBatch, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema};
 use cwm_models::BinCounts;
 use cwm_stage::{
     InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError, StageKind,
 };
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::EvalError;
@@ -77,13 +75,22 @@ pub struct BinPrefixSummary {
     pub bins: Vec<PrefixBin>,
 }
 
-/// Aggregates the `timesteps.parquet` at `timesteps` into prefix bins of width `bin`: reads
-/// only the `t`, `n_correct` and `exact` columns, a record batch at a time, and keeps one
-/// counter per bin.
+/// The aggregation `bin_prefix` runs, written as SQL for the reader (`{bin}` is the bin width);
+/// [`prefix_bins`] builds the same plan with DataFusion's DataFrame API. The three
+/// `COUNT(column)`s guard against nulls: each must equal `steps`.
+pub const PREFIX_BINS_SQL: &str = "SELECT CAST(t AS BIGINT) / {bin} AS k, COUNT(*) AS steps, \
+SUM(CAST(exact AS BIGINT)) AS exact_steps, SUM(CAST(n_correct AS BIGINT)) AS correct, \
+COUNT(t) AS t_values, COUNT(exact) AS exact_values, COUNT(n_correct) AS correct_values \
+FROM timesteps GROUP BY k ORDER BY k";
+
+/// Aggregates the `timesteps.parquet` at `timesteps` into prefix bins of width `bin` with
+/// DataFusion ([`PREFIX_BINS_SQL`]): the scan reads only the `t`, `n_correct` and `exact`
+/// columns, row group by row group, on one thread, and the engine keeps one group per bin.
 ///
 /// # Errors
-/// [`EvalError::Invalid`] when `bin` is 0; [`EvalError::Format`] / [`EvalError::Parquet`] when
-/// the file is missing, not Parquet, or lacks a column.
+/// [`EvalError::Invalid`] when `bin` is 0; [`EvalError::Format`] when the file is missing or
+/// has null values in those columns; [`EvalError::Query`] when it is not Parquet or lacks a
+/// column (the message names the column).
 pub fn prefix_bins(timesteps: &Path, bin: u32) -> Result<Vec<PrefixBin>, EvalError> {
     if bin == 0 {
         return Err(EvalError::Invalid("bin must be positive".into()));
@@ -91,75 +98,141 @@ pub fn prefix_bins(timesteps: &Path, bin: u32) -> Result<Vec<PrefixBin>, EvalErr
     if !timesteps.is_file() {
         return Err(EvalError::format(timesteps, "not found"));
     }
-    let file = std::fs::File::open(timesteps).map_err(|e| EvalError::io(timesteps, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| EvalError::parquet(timesteps, e))?;
-    let wanted = ["t", "n_correct", "exact"];
-    let schema = builder.parquet_schema();
-    let mut indices = Vec::new();
-    for name in wanted {
-        let index = schema
-            .columns()
-            .iter()
-            .position(|c| c.path().string() == name)
-            .ok_or_else(|| EvalError::format(timesteps, format!("no column {name:?}")))?;
-        indices.push(index);
-    }
-    let mask = ProjectionMask::leaves(schema, indices);
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(65_536)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
-        .map_err(|e| EvalError::parquet(timesteps, e))?;
-    let mut counts: BTreeMap<u32, BinCounts> = BTreeMap::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| EvalError::arrow(timesteps, e))?;
-        let t = typed::<UInt32Array>(timesteps, &batch, "t")?;
-        let n_correct = typed::<UInt8Array>(timesteps, &batch, "n_correct")?;
-        let exact = typed::<BooleanArray>(timesteps, &batch, "exact")?;
-        if t.null_count() + n_correct.null_count() + exact.null_count() > 0 {
+        .map_err(|e| EvalError::io(timesteps, e))?;
+    let rows = runtime
+        .block_on(query_bins(timesteps, bin))
+        .map_err(|e| EvalError::Query {
+            path: timesteps.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut bins = Vec::with_capacity(rows.len());
+    for row in rows {
+        if [row.t_values, row.exact_values, row.correct_values] != [row.steps; 3] {
             return Err(EvalError::format(
                 timesteps,
                 "null values in t, n_correct or exact",
             ));
         }
-        for row in 0..batch.num_rows() {
-            let entry = counts.entry(t.value(row) / bin).or_default();
-            entry.n_steps += 1;
-            entry.n_exact += u64::from(exact.value(row));
-            entry.n_correct += u64::from(n_correct.value(row));
-        }
+        let (Ok(index), Ok(steps), Ok(exact), Ok(correct)) = (
+            u32::try_from(row.k),
+            u64::try_from(row.steps),
+            u64::try_from(row.exact_steps),
+            u64::try_from(row.correct),
+        ) else {
+            return Err(EvalError::format(
+                timesteps,
+                format!("bin row out of range: {row:?}"),
+            ));
+        };
+        let counts = BinCounts {
+            n_steps: steps,
+            n_exact: exact,
+            n_correct: correct,
+        };
+        let start = index.saturating_mul(bin);
+        bins.push(PrefixBin {
+            bin: index,
+            start,
+            end: start.saturating_add(bin),
+            steps,
+            exact_state: counts.full_exact(),
+            labelwise: counts.partial_exact(),
+        });
     }
-    Ok(counts
-        .into_iter()
-        .map(|(index, counts)| {
-            let start = index * bin;
-            PrefixBin {
-                bin: index,
-                start,
-                end: start.saturating_add(bin),
-                steps: counts.n_steps,
-                exact_state: counts.full_exact(),
-                labelwise: counts.partial_exact(),
-            }
-        })
-        .collect())
+    Ok(bins)
 }
 
-fn typed<'a, T: 'static>(
-    path: &Path,
-    batch: &'a RecordBatch,
-    name: &str,
-) -> Result<&'a T, EvalError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| {
-            EvalError::format(
-                path,
-                format!("column {name:?} is missing or of another type"),
-            )
-        })
+/// One row of [`PREFIX_BINS_SQL`]'s result, in the query's column order.
+#[derive(Debug)]
+struct BinRow {
+    k: i64,
+    steps: i64,
+    exact_steps: i64,
+    correct: i64,
+    t_values: i64,
+    exact_values: i64,
+    correct_values: i64,
+}
+
+/// The result columns of [`PREFIX_BINS_SQL`], in order.
+const RESULT_COLUMNS: [&str; 7] = [
+    "k",
+    "steps",
+    "exact_steps",
+    "correct",
+    "t_values",
+    "exact_values",
+    "correct_values",
+];
+
+/// Runs [`PREFIX_BINS_SQL`] over the file at `timesteps` on a single partition.
+async fn query_bins(timesteps: &Path, bin: u32) -> datafusion::error::Result<Vec<BinRow>> {
+    use datafusion::error::DataFusionError;
+    use datafusion::functions_aggregate::expr_fn::{count, sum};
+    use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext, cast, col, lit};
+
+    // A `file://` URL rather than a path: DataFusion reads `*`, `?` or `[` in a path as a glob.
+    let absolute = std::path::absolute(timesteps)?;
+    let url = url::Url::from_file_path(&absolute).map_err(|()| {
+        DataFusionError::Execution(format!("{} is not a file path", absolute.display()))
+    })?;
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    let table = ctx
+        .read_parquet(url.as_str(), ParquetReadOptions::default())
+        .await?;
+    let wide = |name: &str| cast(col(name), DataType::Int64);
+    let bins = table
+        .aggregate(
+            vec![(wide("t") / lit(i64::from(bin))).alias("k")],
+            vec![
+                count(lit(1_i64)).alias("steps"),
+                sum(wide("exact")).alias("exact_steps"),
+                sum(wide("n_correct")).alias("correct"),
+                count(col("t")).alias("t_values"),
+                count(col("exact")).alias("exact_values"),
+                count(col("n_correct")).alias("correct_values"),
+            ],
+        )?
+        .sort(vec![col("k").sort(true, false)])?;
+    let mut rows = Vec::new();
+    for batch in bins.collect().await? {
+        let mut columns = Vec::with_capacity(RESULT_COLUMNS.len());
+        for name in RESULT_COLUMNS {
+            let array = batch
+                .column_by_name(name)
+                .ok_or_else(|| DataFusionError::Internal(format!("no result column {name:?}")))?;
+            let array = arrow::compute::cast(array, &DataType::Int64)?;
+            let array = array
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| DataFusionError::Internal(format!("{name:?} is not Int64")))?;
+            columns.push(array);
+        }
+        for row in 0..batch.num_rows() {
+            // A null here (a SUM over no value) is caught by the COUNT checks of the caller.
+            let value = |i: usize| {
+                let array = &columns[i];
+                if array.is_null(row) {
+                    0
+                } else {
+                    array.value(row)
+                }
+            };
+            rows.push(BinRow {
+                k: value(0),
+                steps: value(1),
+                exact_steps: value(2),
+                correct: value(3),
+                t_values: value(4),
+                exact_values: value(5),
+                correct_values: value(6),
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// Writes `bins` as `bins.parquet` at `path` (through a temporary name).

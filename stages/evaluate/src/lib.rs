@@ -6,8 +6,8 @@
 //! * [`evaluate`] streams games a batch at a time through a checkpoint and writes
 //!   `timesteps.parquet` (one row per valid step), `games.parquet` (one row per game) and
 //!   `summary.json` (spec A.5's micro-averages). It is also what `cwm evaluate` runs.
-//! * [`bin_prefix`] streams an evaluate artifact's `timesteps.parquet` (three columns) and writes
-//!   `bins.parquet` and `summary.json`.
+//! * [`bin_prefix`] aggregates an evaluate artifact's `timesteps.parquet` with a DataFusion query
+//!   (three columns scanned) and writes `bins.parquet` and `summary.json`.
 //! * [`select`] reads the `summary.json` of many `train` artifacts and writes `selected.json`,
 //!   which the `train` stage reads to retrain the winners.
 //! * Errors are [`EvalError`]s naming the file; every output file is written under a temporary

@@ -299,3 +299,26 @@ fn select_picks_the_lowest_validation_loss_per_arch_and_size() {
     let err = select_runs(&[other], Metric::ValLoss, &group_by).unwrap_err();
     assert!(err.to_string().contains("summary.json"), "{err}");
 }
+
+#[test]
+fn a_timesteps_table_without_a_needed_column_is_an_error_naming_it() {
+    let scratch = Scratch::new("no-exact");
+    let path = scratch.0.join("timesteps.parquet");
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("t", arrow::datatypes::DataType::UInt32, false),
+        arrow::datatypes::Field::new("n_correct", arrow::datatypes::DataType::UInt8, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(vec![0, 1, 2])),
+        Arc::new(UInt8Array::from(vec![75, 75, 70])),
+    ];
+    let mut writer =
+        ArrowWriter::try_new(File::create(&path).unwrap(), schema.clone(), None).unwrap();
+    writer
+        .write(&RecordBatch::try_new(schema, columns).unwrap())
+        .unwrap();
+    writer.close().unwrap();
+    let err = prefix_bins(&path, 20).unwrap_err().to_string();
+    assert!(err.contains("timesteps.parquet"), "{err}");
+    assert!(err.contains("exact"), "{err}");
+}
