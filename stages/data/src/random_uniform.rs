@@ -242,3 +242,22 @@ impl StageKind for RandomUniformStage {
         Ok(())
     }
 }
+
+/// Test fixture: writes `games` fast-mode random games of `seed` as a games table in `dir`.
+#[cfg(test)]
+pub(crate) fn fast_games_table(dir: &Path, games: u64, seed: u64) {
+    let options = RandomUniformOptions {
+        games,
+        seed,
+        mode: Mode::Fast,
+        ..RandomUniformOptions::default()
+    };
+    generate_random_uniform(
+        &options,
+        dir,
+        OutputFormat::Parquet,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .expect("random games table");
+}

@@ -195,21 +195,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cwm-shards-{}", std::process::id()));
         let games_dir = dir.join("games");
         let shards_dir = dir.join("shards");
-        let options = RandomUniformOptions {
-            games: 7,
-            seed: 3,
-            mode: Mode::Fast,
-            ..RandomUniformOptions::default()
-        };
+        crate::random_uniform::fast_games_table(&games_dir, 7, 3);
         let progress = Progress::disabled();
-        generate_random_uniform(
-            &options,
-            &games_dir,
-            OutputFormat::Parquet,
-            &progress,
-            &|| false,
-        )
-        .unwrap();
         std::fs::create_dir_all(&shards_dir).unwrap();
         let tokenize = TokenizeOptions {
             shard_games: 3,

@@ -587,27 +587,10 @@ mod tests {
 
     #[test]
     fn shards_are_byte_identical_for_any_thread_count() {
-        use crate::OutputFormat;
-        use crate::random_uniform::{RandomUniformOptions, generate_random_uniform};
-        use cwm_random_uniform::Mode;
-
         let dir = std::env::temp_dir().join(format!("cwm-tok-threads-{}", std::process::id()));
         let games_dir = dir.join("games");
-        let options = RandomUniformOptions {
-            games: 40,
-            seed: 11,
-            mode: Mode::Fast,
-            ..RandomUniformOptions::default()
-        };
+        crate::random_uniform::fast_games_table(&games_dir, 40, 11);
         let progress = Progress::disabled();
-        generate_random_uniform(
-            &options,
-            &games_dir,
-            OutputFormat::Parquet,
-            &progress,
-            &|| false,
-        )
-        .unwrap();
         let mut outputs = Vec::new();
         for threads in [1, 3] {
             let out = dir.join(format!("tok-{threads}"));
