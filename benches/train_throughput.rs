@@ -27,9 +27,11 @@ use std::time::Instant;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::prelude::*;
-use cwm_models::{
-    Family, Model, ModelConfig, N_LABELS, Size, StateModel, label_classes, state_loss,
-};
+use cwm_models::{Family, Model, ModelConfig, N_LABELS, Size, StateModel, label_classes};
+
+/// The `cwm` binary's allocator (see `src/main.rs`), so the bench measures what `cwm` runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -108,8 +110,8 @@ fn cwm_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
     let mut times = Vec::with_capacity(s.steps);
     for step in 0..s.warmup + s.steps {
         let start = Instant::now();
-        let logits = model.logits(moves.clone());
-        let loss = state_loss(logits, targets.clone(), valid.clone())
+        let loss = model
+            .state_loss(moves.clone(), targets.clone(), valid.clone())
             .map_err(|e| e.to_string())?
             .loss;
         let grads = GradientsParams::from_grads(loss.backward(), &model);

@@ -202,12 +202,16 @@ impl GatedDeltaNet {
 }
 
 impl StateModel for GatedDeltaNet {
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
         let mut x = self.backbone.embeddings.forward(moves); // [batch, seq, d]
         for layer in &self.backbone.layers {
             x = layer.forward(x);
         }
-        self.output_head.forward(self.backbone.norm.forward(x))
+        self.backbone.norm.forward(x)
+    }
+
+    fn head(&self) -> &Linear {
+        &self.output_head
     }
 }
 

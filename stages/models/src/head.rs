@@ -131,28 +131,37 @@ pub fn split_head(logits: Tensor<3>) -> Result<HeadLogits, crate::ModelError> {
     })
 }
 
-/// The head's output as per-class views for the loss and metrics: each entry is
-/// `(first_label, logits [batch, seq, n_labels, n_classes])`. Labels with the same class count
-/// that sit side by side are merged (halfmove and fullmove form one `[.., 4, 256]` view).
-pub(crate) fn class_views(logits: Tensor<3>) -> Vec<(usize, Tensor<4>)> {
-    let [batch, seq, _] = logits.dims();
-    let mut views: Vec<(usize, usize, usize, usize)> = Vec::new(); // first label, offset, n, C
+/// The runs of labels with one class count that sit side by side in the head, each as a
+/// [`LabelGroup`] (halfmove and fullmove form one group of 4 labels of 256 classes): the
+/// views the loss and metrics take of the head's output.
+pub(crate) fn class_view_specs() -> Vec<LabelGroup> {
+    let mut views: Vec<LabelGroup> = Vec::new();
     for g in LABEL_GROUPS {
         match views.last_mut() {
-            Some(last) if last.3 == g.n_classes && last.1 + last.2 * last.3 == g.logit_offset => {
-                last.2 += g.n_labels;
+            Some(last)
+                if last.n_classes == g.n_classes
+                    && last.logit_offset + last.n_logits() == g.logit_offset =>
+            {
+                last.n_labels += g.n_labels;
             }
-            _ => views.push((g.first_label, g.logit_offset, g.n_labels, g.n_classes)),
+            _ => views.push(g),
         }
     }
     views
+}
+
+/// The head's output as per-class views for the loss and metrics: each entry is
+/// `(first_label, logits [batch, seq, n_labels, n_classes])`, one per [`class_view_specs`].
+pub(crate) fn class_views(logits: Tensor<3>) -> Vec<(usize, Tensor<4>)> {
+    let [batch, seq, _] = logits.dims();
+    class_view_specs()
         .into_iter()
-        .map(|(first, offset, n, classes)| {
+        .map(|g| {
             let view = logits
                 .clone()
-                .narrow(2, offset, n * classes)
-                .reshape([batch, seq, n, classes]);
-            (first, view)
+                .narrow(2, g.logit_offset, g.n_logits())
+                .reshape([batch, seq, g.n_labels, g.n_classes]);
+            (g.first_label, view)
         })
         .collect()
 }
@@ -223,6 +232,27 @@ pub fn torch_linear(d_input: usize, d_output: usize, bias: bool, device: &Device
     LinearConfig::new(d_input, d_output)
         .with_bias(bias)
         .init(device)
+}
+
+/// `linear.forward(x)` restricted to the output columns `start..start + len`: a product with
+/// those columns of the weight (and bias) alone. Taking the columns of the weight, not of the
+/// output, keeps the backward pass small: the gradient of a slice is a zero tensor of the
+/// sliced tensor's whole shape, which for the weight is `[d_in, d_out]`, not
+/// `[batch, seq, d_out]`.
+///
+/// # Shapes
+/// - `x`: `[.., d_in]`; output: `[.., len]`
+pub fn linear_columns<const D: usize>(
+    x: Tensor<D>,
+    linear: &Linear,
+    start: usize,
+    len: usize,
+) -> Tensor<D> {
+    burn::tensor::module::linear(
+        x,
+        linear.weight.val().narrow(1, start, len),
+        linear.bias.as_ref().map(|b| b.val().narrow(0, start, len)),
+    )
 }
 
 #[cfg(test)]

@@ -29,7 +29,9 @@
 pub mod checkpoint;
 pub mod config;
 pub mod device;
+pub mod dropout;
 pub mod error;
+pub mod fused_loss;
 pub mod gdn;
 pub mod head;
 pub mod interop;
@@ -49,7 +51,10 @@ pub use head::{
     EmbeddingInit, HEAD_OUT, HeadInit, HeadLogits, LABEL_GROUPS, LabelGroup, MOVE_VOCAB, N_LABELS,
     PAD_TOKEN, START_TOKEN, input_embedding, label_classes, output_head, split_head, torch_linear,
 };
-pub use loss::{StateLoss, state_loss, step_cross_entropy, valid_mask};
+pub use loss::{
+    StateLoss, fused_state_loss_from_features, generic_state_loss_from_features, state_loss,
+    state_loss_from_features, step_cross_entropy, step_cross_entropy_from_features, valid_mask,
+};
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{IMPLEMENTED, Model, StateModel, params, params_of};
 

@@ -1,10 +1,12 @@
 //! The masked, micro-averaged cross-entropy over all valid (step, label) pairs (spec A.4).
 
+use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 
 use crate::error::ModelError;
-use crate::head::{HEAD_OUT, N_LABELS, class_views};
+use crate::fused_loss::{HostTargets, fused_state_loss};
+use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views, linear_columns};
 
 /// The loss of one batch, with the sums validation accumulates across batches.
 #[derive(Debug, Clone)]
@@ -31,9 +33,74 @@ pub fn step_cross_entropy(
     targets: Tensor<3, Int>,
 ) -> Result<Tensor<2>, ModelError> {
     check_shapes(&logits, &targets)?;
-    let [batch, seq, _] = logits.dims();
+    groups_cross_entropy(class_views(logits), targets)
+}
+
+/// Like [`step_cross_entropy`] of `head.forward(features)`, with the head applied group by
+/// group: each run of labels with the same class count gets its logits from its own columns
+/// of the head's weight and bias. Every logit is the same dot product as in the full head;
+/// what changes is the backward pass, which never builds a `[batch, seq, 1878]` gradient per
+/// group (the backward of a slice of a tensor is a zero tensor of the whole shape).
+///
+/// # Shapes
+/// - `features`: `[batch, seq, d]`, the input of `head` (`Linear(d → 1878)`)
+/// - `targets`: `[batch, seq, 75]`
+/// - output: `[batch, seq]`
+///
+/// # Errors
+/// [`ModelError::Shape`] when the shapes do not fit together.
+pub fn step_cross_entropy_from_features(
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+) -> Result<Tensor<2>, ModelError> {
+    check_head(&features, head, &targets)?;
+    let views = head_views(features, head)
+        .into_iter()
+        .map(|(group, logits)| (group.first_label, logits));
+    groups_cross_entropy(views, targets)
+}
+
+fn check_head(
+    features: &Tensor<3>,
+    head: &Linear,
+    targets: &Tensor<3, Int>,
+) -> Result<(), ModelError> {
+    let [batch, seq, d] = features.dims();
+    let [d_in, width] = head.weight.dims();
+    if d != d_in || width != HEAD_OUT || targets.dims() != [batch, seq, N_LABELS] {
+        return Err(ModelError::Shape(format!(
+            "features are {:?}, the head is [{d_in}, {width}] and targets {:?}; expected \
+             [b, t, d], [d, {HEAD_OUT}] and [b, t, {N_LABELS}]",
+            features.dims(),
+            targets.dims()
+        )));
+    }
+    Ok(())
+}
+
+/// The head's logits of each [`class_view_specs`] group, each from its own columns of the
+/// weight and bias: `[batch, seq, n_labels, n_classes]`.
+fn head_views(features: Tensor<3>, head: &Linear) -> Vec<(LabelGroup, Tensor<4>)> {
+    let [batch, seq, _] = features.dims();
+    class_view_specs()
+        .into_iter()
+        .map(|view| {
+            let logits = linear_columns(features.clone(), head, view.logit_offset, view.n_logits())
+                .reshape([batch, seq, view.n_labels, view.n_classes]);
+            (view, logits)
+        })
+        .collect()
+}
+
+/// Σ over the groups' labels of `−log softmax(label logits)[target]`, per step.
+fn groups_cross_entropy(
+    views: impl IntoIterator<Item = (usize, Tensor<4>)>,
+    targets: Tensor<3, Int>,
+) -> Result<Tensor<2>, ModelError> {
+    let [batch, seq, _] = targets.dims();
     let mut total: Option<Tensor<3>> = None;
-    for (first_label, view) in class_views(logits) {
+    for (first_label, view) in views {
         let [_, _, n_labels, _] = view.dims();
         let log_probs = log_softmax(view, 3); // [batch, seq, n, classes]
         let index = targets
@@ -73,16 +140,95 @@ pub fn state_loss(
             valid.dims()
         )));
     }
-    let per_step = step_cross_entropy(logits, targets)?; // [batch, seq]
+    Ok(masked_loss(step_cross_entropy(logits, targets)?, valid))
+}
+
+/// [`state_loss`] of `head.forward(features)` with the head applied group by group, so the
+/// backward pass never builds a full-width gradient per group. On a `flex` autodiff device
+/// (CPU training) the cross-entropy and its gradient are one fused host kernel
+/// ([`fused_state_loss_from_features`]); elsewhere they are burn's tensor operations
+/// ([`generic_state_loss_from_features`]). Training uses it through
+/// [`crate::StateModel::state_loss`].
+///
+/// # Shapes
+/// - `features`: `[batch, seq, d]`
+/// - `targets`: `[batch, seq, 75]`
+/// - `valid`: `[batch, seq]`
+///
+/// # Errors
+/// [`ModelError::Shape`] when the shapes do not fit together.
+pub fn state_loss_from_features(
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
+    let device = features.device();
+    if device.is_autodiff() && device == Device::flex() {
+        fused_state_loss_from_features(features, head, targets, valid)
+    } else {
+        generic_state_loss_from_features(features, head, targets, valid)
+    }
+}
+
+/// [`state_loss_from_features`] as burn's tensor operations, on any backend.
+///
+/// # Errors
+/// [`ModelError::Shape`] when the shapes do not fit together.
+pub fn generic_state_loss_from_features(
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
+    check_valid(&features, &valid)?;
+    Ok(masked_loss(
+        step_cross_entropy_from_features(features, head, targets)?,
+        valid,
+    ))
+}
+
+/// [`state_loss_from_features`] with the cross-entropy and its gradient computed on the host
+/// ([`crate::fused_loss`]): the training path on the `flex` CPU backend. The logits are read
+/// back from the device, so other backends use [`generic_state_loss_from_features`].
+///
+/// # Errors
+/// [`ModelError::Shape`] when the shapes do not fit together or a valid step's target is
+/// outside its label's classes.
+pub fn fused_state_loss_from_features(
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
+    check_valid(&features, &valid)?;
+    check_head(&features, head, &targets)?;
+    let host = HostTargets::read(targets, valid);
+    fused_state_loss(features, head, &host)
+}
+
+fn check_valid(features: &Tensor<3>, valid: &Tensor<2, Bool>) -> Result<(), ModelError> {
+    let [batch, seq, _] = features.dims();
+    if valid.dims() != [batch, seq] {
+        return Err(ModelError::Shape(format!(
+            "mask is {:?}, features are [{batch}, {seq}, ..]",
+            valid.dims()
+        )));
+    }
+    Ok(())
+}
+
+/// The masked sum, its denominator and their ratio, from per-step cross-entropies.
+fn masked_loss(per_step: Tensor<2>, valid: Tensor<2, Bool>) -> StateLoss {
     let mask = valid.float();
     let loss_sum = (per_step * mask.clone()).sum();
     let denom = mask.sum() * (N_LABELS as f64);
     let loss = loss_sum.clone() / denom.clone().clamp_min(1.0);
-    Ok(StateLoss {
+    StateLoss {
         loss,
         loss_sum,
         denom,
-    })
+    }
 }
 
 /// A `[batch, seq]` mask that is true for the first `lengths[b]` steps of each sequence.

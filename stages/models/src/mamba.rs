@@ -32,6 +32,7 @@ use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, silu, softplus};
 
 use crate::config::{Family, ModelConfig, Scan};
+use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::model::StateModel;
@@ -231,12 +232,16 @@ impl Mamba {
 }
 
 impl StateModel for Mamba {
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        let mut x = self.dropout.forward(self.embedding.forward(moves)); // [batch, seq, d]
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+        let mut x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
         for layer in &self.layers {
             x = layer.forward(x);
         }
-        self.output_head.forward(self.final_norm.forward(x))
+        self.final_norm.forward(x)
+    }
+
+    fn head(&self) -> &Linear {
+        &self.output_head
     }
 }
 

@@ -6,13 +6,17 @@
 //!    norm if it has one, and its output head ([`crate::output_head`]), with the field names
 //!    of the reference's state_dict where possible (they drive the safetensors export).
 //! 2. Give it `fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError>` and
-//!    implement [`StateModel`] (`logits`: moves `[batch, seq]` → `[batch, seq, 1878]`).
-//!    Apply dropout exactly where spec D.3 says, through `burn::nn::Dropout`, which is active
-//!    only on an autodiff device in training mode ([`burn::module::Module::valid`] turns it off).
-//! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`, `logits`).
+//!    implement [`StateModel`] (`features`: moves `[batch, seq]` → `[batch, seq, d]`, the
+//!    input of the head; `head`: the output head). Apply dropout exactly where spec D.3 says,
+//!    with a `burn::nn::Dropout` field passed to [`crate::dropout::dropout`], which is active
+//!    only on an autodiff device in training mode ([`burn::module::Module::valid`] turns it
+//!    off).
+//! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`, `features`,
+//!    `head`).
 //! 4. Add the family to [`IMPLEMENTED`]: the parameter-count test in `tests/params.rs` then
 //!    checks its four sizes against spec C.3, and the shape tests in `tests/models.rs` cover it.
 
+use burn::nn::Linear;
 use burn::prelude::*;
 
 use crate::config::{Family, ModelConfig, Size};
@@ -23,14 +27,44 @@ use crate::mamba::Mamba;
 use crate::slice::Slice;
 use crate::transformer::Transformer;
 
-/// What every family's top-level model provides.
+/// What every family's top-level model provides: a body that turns moves into features, and
+/// the shared output head on top of it.
 pub trait StateModel {
-    /// Logits of all 75 labels at every step.
+    /// The body's output at every step, the input of the output head (after the final norm,
+    /// for the families that have one).
+    ///
+    /// # Shapes
+    /// - `moves`: `[batch, seq]` move ids in `0..20482` (`START` first, `PAD` after the end)
+    /// - output: `[batch, seq, d]`
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3>;
+
+    /// The output head, `Linear(d → 1878)`.
+    fn head(&self) -> &Linear;
+
+    /// Logits of all 75 labels at every step: the head applied to [`StateModel::features`].
     ///
     /// # Shapes
     /// - `moves`: `[batch, seq]` move ids in `0..20482` (`START` first, `PAD` after the end)
     /// - output: `[batch, seq, 1878]`
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3>;
+    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+        self.head().forward(self.features(moves))
+    }
+
+    /// The reference's state loss (spec A.4) of a batch, as [`crate::state_loss`] computes it
+    /// from [`StateModel::logits`], but with the head applied group by group
+    /// ([`crate::state_loss_from_features`]): the training path, whose backward pass never
+    /// materialises gradients of the full `[batch, seq, 1878]` logits once per label group.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the shapes do not fit together.
+    fn state_loss(
+        &self,
+        moves: Tensor<2, Int>,
+        targets: Tensor<3, Int>,
+        valid: Tensor<2, Bool>,
+    ) -> Result<crate::StateLoss, ModelError> {
+        crate::state_loss_from_features(self.features(moves), self.head(), targets, valid)
+    }
 }
 
 /// Families this build implements; the others make [`Model::init`] return
@@ -88,12 +122,21 @@ impl Model {
 }
 
 impl StateModel for Model {
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
         match self {
-            Model::Transformer(model) => model.logits(moves),
-            Model::Slice(model) => model.logits(moves),
-            Model::Gdn(model) => model.logits(moves),
-            Model::Mamba(model) => model.logits(moves),
+            Model::Transformer(model) => model.features(moves),
+            Model::Slice(model) => model.features(moves),
+            Model::Gdn(model) => model.features(moves),
+            Model::Mamba(model) => model.features(moves),
+        }
+    }
+
+    fn head(&self) -> &Linear {
+        match self {
+            Model::Transformer(model) => model.head(),
+            Model::Slice(model) => model.head(),
+            Model::Gdn(model) => model.head(),
+            Model::Mamba(model) => model.head(),
         }
     }
 }

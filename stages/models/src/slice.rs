@@ -13,6 +13,7 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 
 use crate::config::{ModelConfig, Scan};
+use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::model::StateModel;
@@ -110,12 +111,16 @@ impl Slice {
 }
 
 impl StateModel for Slice {
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        let mut x = self.dropout.forward(self.embedding.forward(moves)); // [batch, seq, d]
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+        let mut x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
         for layer in &self.layers {
             x = layer.forward(x);
         }
-        self.output_head.forward(x)
+        x
+    }
+
+    fn head(&self) -> &Linear {
+        &self.output_head
     }
 }
 
@@ -125,9 +130,9 @@ impl SliceLayer {
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let mixed = self.slice.forward(self.norm1.forward(x.clone()));
-        let x = x + self.dropout.forward(mixed);
+        let x = x + dropout(&self.dropout, mixed);
         let hidden = gelu(self.mlp_in.forward(self.norm2.forward(x.clone())));
-        x + self.dropout.forward(self.mlp_out.forward(hidden))
+        x + dropout(&self.dropout, self.mlp_out.forward(hidden))
     }
 }
 

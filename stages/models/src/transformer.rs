@@ -9,8 +9,11 @@ use burn::prelude::*;
 use burn::tensor::activation::{silu, softmax};
 
 use crate::config::{ModelConfig, Rope};
+use crate::dropout::dropout;
 use crate::error::ModelError;
-use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
+use crate::head::{
+    EmbeddingInit, HeadInit, input_embedding, linear_columns, output_head, torch_linear,
+};
 use crate::model::StateModel;
 
 /// Epsilon of every RMSNorm in the Transformer.
@@ -118,10 +121,10 @@ impl Transformer {
 }
 
 impl StateModel for Transformer {
-    fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
         let [_, seq] = moves.dims();
         let device = moves.device();
-        let mut x = self.dropout.forward(self.tok_emb.forward(moves)); // [batch, seq, d]
+        let mut x = dropout(&self.dropout, self.tok_emb.forward(moves)); // [batch, seq, d]
         let head_dim = self.blocks.first().map_or(2, |b| {
             let [_, d] = b.attn.out_proj.weight.dims();
             d / b.attn.n_heads
@@ -131,7 +134,11 @@ impl StateModel for Transformer {
         for block in &self.blocks {
             x = block.forward(x, &cos, &sin, &causal);
         }
-        self.output_head.forward(self.final_norm.forward(x))
+        self.final_norm.forward(x)
+    }
+
+    fn head(&self) -> &Linear {
+        &self.output_head
     }
 }
 
@@ -152,9 +159,9 @@ impl Block {
         let attended = self
             .attn
             .forward(self.norm1.forward(x.clone()), cos, sin, causal);
-        let x = x + self.dropout.forward(attended);
+        let x = x + dropout(&self.dropout, attended);
         let mixed = self.mlp.forward(self.norm2.forward(x.clone()));
-        x + self.dropout.forward(mixed)
+        x + dropout(&self.dropout, mixed)
     }
 }
 
@@ -174,10 +181,9 @@ impl Attention {
         let [batch, seq, d] = x.dims();
         let heads = self.n_heads;
         let head_dim = d / heads;
-        let qkv = self.qkv.forward(x); // [batch, seq, 3d]
+        // `qkv` is one [d, 3d] weight (the reference's layout): q, k and v columns.
         let split = |i: usize| -> Tensor<4> {
-            qkv.clone()
-                .narrow(2, i * d, d)
+            linear_columns(x.clone(), &self.qkv, i * d, d)
                 .reshape([batch, seq, heads, head_dim])
                 .swap_dims(1, 2)
         }; // [batch, heads, seq, head_dim]
@@ -190,7 +196,7 @@ impl Attention {
             .reshape([1, 1, seq, seq])
             .expand([batch, heads, seq, seq]);
         let probs = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
-        let probs = self.attn_dropout.forward(probs);
+        let probs = dropout(&self.attn_dropout, probs);
         let out = probs.matmul(v).swap_dims(1, 2).reshape([batch, seq, d]);
         self.out_proj.forward(out)
     }
@@ -201,11 +207,11 @@ impl SwiGlu {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let u = self.in_proj.forward(x); // [batch, seq, 8d]
-        let [_, _, width] = u.dims();
+        // `in_proj` is one [d, 8d] weight (the reference's layout): gate columns, then value.
+        let [_, width] = self.in_proj.weight.dims();
         let half = width / 2;
-        let gate = u.clone().narrow(2, 0, half);
-        let value = u.narrow(2, half, half);
+        let gate = linear_columns(x.clone(), &self.in_proj, 0, half); // [batch, seq, 4d]
+        let value = linear_columns(x, &self.in_proj, half, half);
         self.out_proj.forward(silu(gate) * value)
     }
 }
@@ -250,16 +256,27 @@ pub fn rope_tables(
 /// RoPE with the interleaved partner: `out[2j] = x[2j]·cos − x[2j+1]·sin`,
 /// `out[2j+1] = x[2j+1]·cos + x[2j]·sin`, with the tables' angles at each coordinate.
 ///
+/// The partner vector (`−x[2j+1]` at `2j`, `x[2j]` at `2j+1`) is one product with a constant
+/// signed permutation matrix: a matrix product runs in parallel and needs no slice, negation
+/// or concatenation (whose backward passes each build a full-size tensor). Every entry of the
+/// product is exactly `±x` (the other terms are `0·x`), so the result is the same to the bit.
+///
 /// # Shapes
 /// - `x`: `[batch, heads, seq, head_dim]`; `cos`, `sin`: `[seq, head_dim]`
 /// - output: `[batch, heads, seq, head_dim]`
 pub fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<4> {
-    let [batch, heads, seq, head_dim] = x.dims();
-    let pairs: Tensor<5> = x.clone().reshape([batch, heads, seq, head_dim / 2, 2]);
-    let even = pairs.clone().narrow(4, 0, 1);
-    let odd = pairs.narrow(4, 1, 1);
-    let rotated: Tensor<4> =
-        Tensor::cat(vec![odd.neg(), even], 4).reshape([batch, heads, seq, head_dim]);
+    let [_, _, seq, head_dim] = x.dims();
+    let mut partner = vec![0f32; head_dim * head_dim];
+    for j in 0..head_dim / 2 {
+        let (even, odd) = (2 * j, 2 * j + 1);
+        // rotated[even] = −x[odd]; rotated[odd] = x[even]; (row = input, column = output)
+        partner[odd * head_dim + even] = -1.0;
+        partner[even * head_dim + odd] = 1.0;
+    }
+    let partner =
+        Tensor::<2>::from_data(TensorData::new(partner, [head_dim, head_dim]), &x.device())
+            .reshape([1, 1, head_dim, head_dim]);
+    let rotated = x.clone().matmul(partner);
     let cos: Tensor<4> = cos.clone().reshape([1, 1, seq, head_dim]);
     let sin: Tensor<4> = sin.clone().reshape([1, 1, seq, head_dim]);
     x * cos + rotated * sin

@@ -487,8 +487,7 @@ pub fn train(
         let loss = {
             let _guard = lock_rng();
             ad.seed(step_seed(config.seed, run.step));
-            let logits = model.logits(moves);
-            state_loss(logits, targets, mask)?.loss
+            model.state_loss(moves, targets, mask)?.loss
         };
         let loss_value = scalar(loss.clone().detach())?;
         let mut rolled_back = false;

@@ -2,8 +2,8 @@
 
 use burn::prelude::*;
 use cwm_models::{
-    HEAD_OUT, LABEL_GROUPS, N_LABELS, StateMetrics, correct_counts, label_classes, split_head,
-    state_loss, valid_mask,
+    HEAD_OUT, LABEL_GROUPS, N_LABELS, StateMetrics, correct_counts, fused_state_loss_from_features,
+    generic_state_loss_from_features, label_classes, split_head, state_loss, valid_mask,
 };
 
 fn device() -> Device {
@@ -247,4 +247,119 @@ fn metrics_accumulate_like_the_reference() {
     assert!(metrics.add_batch(&[76], 1, &[1], 0.0, 0.0).is_err());
     assert!(StateMetrics::new(0).is_err());
     assert_eq!(LABEL_GROUPS.len(), 7);
+}
+
+/// A small head and batch for the loss-path comparisons: features `[2, 5, 8]`, lengths 5 and
+/// 2, targets spread over every class range.
+fn head_batch(device: &Device) -> (burn::nn::Linear, Tensor<3>, Tensor<3, Int>, Tensor<2, Bool>) {
+    let [batch, seq, d] = [2, 5, 8];
+    // Fixed weights, not the backend's generator: tests run in parallel and share it.
+    let mut head = burn::nn::LinearConfig::new(d, HEAD_OUT).init(device);
+    let weight: Vec<f32> = (0..d * HEAD_OUT)
+        .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 0.8)
+        .collect();
+    let bias: Vec<f32> = (0..HEAD_OUT)
+        .map(|i| ((i * 31 % 17) as f32 / 17.0 - 0.5) * 0.3)
+        .collect();
+    head.weight = burn::module::Param::from_tensor(Tensor::from_data(
+        TensorData::new(weight, [d, HEAD_OUT]),
+        device,
+    ));
+    head.bias = Some(burn::module::Param::from_tensor(Tensor::from_data(
+        TensorData::new(bias, [HEAD_OUT]),
+        device,
+    )));
+    let features: Vec<f32> = (0..batch * seq * d)
+        .map(|i| ((i * 37 % 23) as f32 / 5.0 - 2.0) * 0.7)
+        .collect();
+    let classes = label_classes();
+    let targets: Vec<i64> = (0..batch * seq * N_LABELS)
+        .map(|i| ((i * 11 + 3) % classes[i % N_LABELS]) as i64)
+        .collect();
+    let features = Tensor::<3>::from_data(TensorData::new(features, [batch, seq, d]), device);
+    let targets =
+        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq, N_LABELS]), device);
+    let valid = valid_mask(&[5, 2], seq, device).unwrap();
+    (head, features, targets, valid)
+}
+
+fn values(t: Tensor<2>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn the_fused_cpu_loss_equals_the_generic_one_in_value_and_gradients() {
+    let device = Device::flex().autodiff();
+    let run = |fused: bool| {
+        let (head, features, targets, valid) = head_batch(&device);
+        let features = features.require_grad();
+        let loss = if fused {
+            fused_state_loss_from_features(features.clone(), &head, targets, valid)
+        } else {
+            generic_state_loss_from_features(features.clone(), &head, targets, valid)
+        }
+        .unwrap();
+        let grads = loss.loss.backward();
+        let bias = head.bias.as_ref().unwrap().val();
+        (
+            scalar(loss.loss.clone().inner()),
+            scalar(loss.loss_sum.inner()),
+            scalar(loss.denom.inner()),
+            values(features.grad(&grads).unwrap().reshape([10, 8]).inner()),
+            values(head.weight.val().grad(&grads).unwrap().inner()),
+            values(bias.grad(&grads).unwrap().reshape([1, HEAD_OUT]).inner()),
+        )
+    };
+    let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) = run(true);
+    let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) = run(false);
+    assert_eq!(denom_f, 75.0 * 7.0);
+    assert_eq!(denom_f, denom_g);
+    assert!(
+        (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
+        "{loss_f} vs {loss_g}"
+    );
+    assert!(
+        (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
+        "{sum_f} vs {sum_g}"
+    );
+    // The gradients are a few 1e-3 in size; agreement to 1e-7 is float rounding.
+    let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 1e-4, "gradient too small to compare: {scale}");
+    for (name, fused, generic) in [
+        ("features", gx_f, gx_g),
+        ("weight", gw_f, gw_g),
+        ("bias", gb_f, gb_g),
+    ] {
+        let diff = max_abs_diff(&fused, &generic);
+        assert!(diff < 1e-6, "{name}: max abs difference {diff}");
+    }
+    // The padded steps get no gradient at all.
+    let (head, features, targets, _) = head_batch(&device);
+    let features = features.require_grad();
+    let none = valid_mask(&[0, 0], 5, &device).unwrap();
+    let loss = fused_state_loss_from_features(features.clone(), &head, targets, none).unwrap();
+    assert_eq!(scalar(loss.loss.clone().inner()), 0.0);
+    let grads = loss.loss.backward();
+    let gx = values(features.grad(&grads).unwrap().reshape([10, 8]).inner());
+    assert!(gx.iter().all(|&g| g == 0.0));
+}
+
+#[test]
+fn the_fused_cpu_loss_rejects_a_target_outside_its_classes() {
+    let device = Device::flex().autodiff();
+    let (head, features, targets, valid) = head_batch(&device);
+    // Label 64 (side to move) has 2 classes.
+    let mut data: Vec<i64> = targets.into_data().iter::<i64>().collect();
+    data[64] = 2;
+    let targets = Tensor::<3, Int>::from_data(TensorData::new(data, [2, 5, N_LABELS]), &device);
+    let err = fused_state_loss_from_features(features, &head, targets, valid).unwrap_err();
+    assert!(err.to_string().contains("outside its 2 classes"), "{err}");
 }
