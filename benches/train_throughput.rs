@@ -1,14 +1,16 @@
-//! Training throughput: tokens per second of full training steps (forward, backward and an
-//! AdamW update) in cwm (burn, `flex` CPU backend with autodiff) and in the PyTorch versions of
-//! the same models (`stages/models/python/cwm_torch_models.py`, `torch.optim.AdamW`, CPU),
-//! measured in the same run with the same number of threads. The issue's target is cwm at
-//! ≥ 1.0× PyTorch.
+//! Training throughput: tokens per second of full training steps (forward, backward, global
+//! gradient clipping at 1.0 and an AdamW update) in cwm (the train stage's own step,
+//! `cwm_stage_train::throughput`, which `cwm model bench` also runs) and in the PyTorch versions
+//! of the same models (`stages/models/python/cwm_torch_models.py`, `torch.optim.AdamW`),
+//! measured in the same run with the same number of threads on the same device. The issue's
+//! target is cwm at ≥ 1.0× PyTorch on the CPU.
 //!
 //! Every step trains on one fixed batch of `CWM_BENCH_BATCH` (32) sequences of `CWM_BENCH_SEQ`
 //! (128) tokens: START then pseudo-random move ids, random targets, no padding. The loss is the
 //! reference's state loss (spec A.4) on both sides; dropout is on (training mode) as in
 //! training. After `CWM_BENCH_WARMUP` (2) steps, `CWM_BENCH_STEPS` (5) steps are timed one by
-//! one; the figure is batch · seq / median step time.
+//! one; the figure is batch · seq / median step time. `CWM_BENCH_DEVICE` (`cpu`, or `cuda` in a
+//! build with `--features cuda`) picks the device of both sides.
 //!
 //! ```text
 //! cargo bench --bench train_throughput                       # transformer and slice, d128
@@ -23,11 +25,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
 
-use burn::optim::{AdamWConfig, GradientsParams};
-use burn::prelude::*;
-use cwm_models::{Family, Model, ModelConfig, N_LABELS, Size, StateModel, label_classes};
+use cwm_models::{Family, ModelConfig, Size};
+use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
 /// The `cwm` binary's allocator (see `src/main.rs`), so the bench measures what `cwm` runs.
 #[global_allocator]
@@ -44,19 +44,6 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A small deterministic generator (64-bit LCG) for the synthetic batch.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
-}
-
 struct Settings {
     batch: usize,
     seq: usize,
@@ -64,6 +51,7 @@ struct Settings {
     steps: usize,
     threads: usize,
     size: Size,
+    device: String,
 }
 
 struct Figure {
@@ -71,64 +59,14 @@ struct Figure {
     median_step_s: f64,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn cwm_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
-    let device = Device::flex().autodiff();
-    let config = ModelConfig::new(family, s.size);
-    let mut model = Model::init(&config, &device).map_err(|e| e.to_string())?;
-    let mut rng = Lcg(42);
-    let moves: Vec<i64> = (0..s.batch * s.seq)
-        .map(|i| {
-            if i % s.seq == 0 {
-                cwm_models::START_TOKEN
-            } else {
-                rng.below(20_480) as i64
-            }
-        })
-        .collect();
-    let classes = label_classes();
-    let targets: Vec<i64> = (0..s.batch * s.seq * N_LABELS)
-        .map(|i| rng.below(classes[i % N_LABELS] as u64) as i64)
-        .collect();
-    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [s.batch, s.seq]), &device);
-    let targets = Tensor::<3, Int>::from_data(
-        TensorData::new(targets, [s.batch, s.seq, N_LABELS]),
-        &device,
-    );
-    let valid = Tensor::<2, Bool>::from_data(
-        TensorData::new(vec![true; s.batch * s.seq], [s.batch, s.seq]),
-        &device,
-    );
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(0.01)
-        .with_epsilon(1e-8)
-        .init();
-    let mut times = Vec::with_capacity(s.steps);
-    for step in 0..s.warmup + s.steps {
-        let start = Instant::now();
-        let loss = model
-            .state_loss(moves.clone(), targets.clone(), valid.clone())
-            .map_err(|e| e.to_string())?
-            .loss;
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        model = optim.step(3e-4, model, grads);
-        let loss_value = loss.into_scalar::<f32>();
-        let seconds = start.elapsed().as_secs_f64();
-        if !loss_value.is_finite() {
-            return Err(format!("loss is {loss_value} at step {step}"));
-        }
-        if step >= s.warmup {
-            times.push(seconds);
-        }
-    }
-    let median_step_s = median(times);
+    let mut options = ThroughputOptions::new(ModelConfig::new(family, s.size), &s.device);
+    (options.batch, options.seq, options.warmup, options.steps) =
+        (s.batch, s.seq, s.warmup, s.steps);
+    let figures = measure(&options).map_err(|e| e.to_string())?;
     Ok(Figure {
-        tokens_per_s: (s.batch * s.seq) as f64 / median_step_s,
-        median_step_s,
+        tokens_per_s: figures.tokens_per_s,
+        median_step_s: figures.median_step_s,
     })
 }
 
@@ -169,6 +107,8 @@ fn torch_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
         s.steps.to_string(),
         "--threads".to_owned(),
         s.threads.to_string(),
+        "--device".to_owned(),
+        s.device.clone(),
     ];
     let out = Command::new("python3")
         .arg(&script)
@@ -203,6 +143,7 @@ fn main() {
         steps: env_or("CWM_BENCH_STEPS", 5).max(1),
         threads,
         size: env_or("CWM_BENCH_SIZE", Size::D128),
+        device: std::env::var("CWM_BENCH_DEVICE").unwrap_or_else(|_| "cpu".to_owned()),
     };
     if let Err(e) = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -225,11 +166,13 @@ fn main() {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "cwm training throughput (tokens/s of forward + backward + AdamW; batch {}, seq {}, {}, \
-         {} thread(s); median of {} steps after {} warm-up; both sides in the same run)",
+        "cwm training throughput (tokens/s of forward + backward + clipping + AdamW; batch {}, \
+         seq {}, {}, device {}, {} thread(s); median of {} steps after {} warm-up; both sides \
+         in the same run)",
         settings.batch,
         settings.seq,
         settings.size,
+        settings.device,
         settings.threads,
         settings.steps,
         settings.warmup

@@ -2,6 +2,7 @@
 //! pipeline: `cwm process`, `cwm random-uniform`, `cwm export jsonl`,
 //! `cwm import jsonl`. Each is a thin wrapper over `cwm-stages-data`.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -142,7 +143,7 @@ pub fn process(args: ProcessArgs, threads: usize) -> Result<()> {
         id_key: IdKeySource::resolve(args.id_key.as_deref()),
     })
     .with_context(|| format!("processing {}", args.pgn.display()))?;
-    println!(
+    outln!(
         "{}: {} games read, {} kept, {} rejected in {:.1}s → {}",
         args.pgn.display(),
         report.games_read,
@@ -152,7 +153,7 @@ pub fn process(args: ProcessArgs, threads: usize) -> Result<()> {
         args.out.display()
     );
     for (reason, count) in &report.by_reason {
-        println!("  rejected {reason}: {count}");
+        outln!("  rejected {reason}: {count}");
     }
     Ok(())
 }
@@ -178,7 +179,7 @@ pub fn random_uniform(args: RandomUniformArgs, threads: usize) -> Result<()> {
         &|| false,
     )
     .with_context(|| format!("generating random games into {}", args.out.display()))?;
-    println!(
+    outln!(
         "{written} random-uniform games (seed {}) in {:.1}s → {}",
         args.seed,
         started.elapsed().as_secs_f64(),
@@ -198,7 +199,7 @@ pub fn export(command: ExportCommand, registry: &Registry, threads: usize) -> Re
     let path = resolve_input(&input, pipeline.as_deref(), registry)?;
     let shards = export_jsonl(&path, &out, shard_size, threads)
         .with_context(|| format!("exporting {} to JSONL", path.display()))?;
-    println!("wrote {} JSONL shards to {}", shards.len(), out.display());
+    outln!("wrote {} JSONL shards to {}", shards.len(), out.display());
     Ok(())
 }
 
@@ -207,7 +208,7 @@ pub fn import(command: ImportCommand) -> Result<()> {
     let ImportCommand::Jsonl { input, out } = command;
     let games =
         import_jsonl(&input, &out).with_context(|| format!("importing {}", input.display()))?;
-    println!("imported {games} games into {}", out.display());
+    outln!("imported {games} games into {}", out.display());
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! pipeline. A thin wrapper over `cwm_stage_evaluate::evaluate`, the function the `evaluate`
 //! stage runs.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -68,7 +69,7 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
             args.data.display()
         )
     })?;
-    println!(
+    outln!(
         "{} {} on {}: {} games, {} steps in {:.1}s → {}",
         summary.arch,
         summary.size,
@@ -78,7 +79,7 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
         started.elapsed().as_secs_f64(),
         args.out.display()
     );
-    println!(
+    outln!(
         "  loss {:.5}  labelwise {:.5}  exact_state {:.5}  trajectory {:.5} ({}/{})",
         summary.loss,
         summary.labelwise,

@@ -16,6 +16,14 @@ use cwm::plan::Plan;
 use cwm::registry::Registry;
 use cwm::store::Store;
 
+/// `println!` that returns the write error instead of panicking: `cwm kinds | head` closes the
+/// pipe early, and [`main`] ends quietly on a broken pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
 mod data_commands;
 mod evaluate_command;
 
@@ -197,6 +205,34 @@ enum ModelCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Training throughput: tokens/s of the train stage's step (forward with dropout, loss,
+    /// backward, clipping, AdamW) on a synthetic batch, on the CPU or a GPU.
+    Bench {
+        /// Family: transformer, slice, slice_diag, gdn, gdn_pos, mamba3, mamba2.
+        #[arg(long)]
+        arch: cwm_models::Family,
+        /// Size: d128, d256, d384, d512.
+        #[arg(long, default_value = "d128")]
+        size: cwm_models::Size,
+        /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Sequences per batch.
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        /// Tokens per sequence.
+        #[arg(long, default_value_t = 128)]
+        seq: usize,
+        /// Untimed steps first.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        /// Timed steps; the figure is their median.
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a checkpoint's weights as safetensors with the reference's PyTorch keys and shapes.
     Export {
         /// Checkpoint directory (model.json + model.bpk).
@@ -236,6 +272,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");
             for cause in err.chain().skip(1) {
@@ -244,6 +281,15 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `err` comes from writing to a closed pipe (the reader, `head` say, is done).
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
@@ -292,7 +338,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             };
             let report = executor.run(&options, &mut display)?;
             if json {
-                println!("{}", report.to_json(dry_run));
+                outln!("{}", report.to_json(dry_run));
             }
             Ok(if report.failed() {
                 ExitCode::FAILURE
@@ -348,12 +394,12 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                         })
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 let mut total = 0;
                 for m in &artifacts {
                     total += m.size;
-                    println!(
+                    outln!(
                         "{}  {:>10}  {:>5} files  {}.{}",
                         short(&m.hash),
                         human_bytes(m.size),
@@ -362,7 +408,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                         m.producer.output
                     );
                 }
-                println!("{} artifacts, {}", artifacts.len(), human_bytes(total));
+                outln!("{} artifacts, {}", artifacts.len(), human_bytes(total));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -399,9 +445,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             let report = cwm::maintenance::verify(&store, &hashes)?;
             store.save_stat_cache()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!(
+                outln!(
                     "verified {} artifacts ({}): {} corrupt, {} missing",
                     report.checked,
                     human_bytes(report.bytes),
@@ -409,7 +455,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     report.missing.len()
                 );
                 for c in &report.corrupt {
-                    println!(
+                    outln!(
                         "corrupt {}: {} (quarantined to {}, {} key records removed)",
                         short(&c.hash),
                         c.reason,
@@ -418,7 +464,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     );
                 }
                 for m in &report.missing {
-                    println!("missing {} (run or pull to restore it)", short(m));
+                    outln!("missing {} (run or pull to restore it)", short(m));
                 }
             }
             Ok(if report.corrupt.is_empty() {
@@ -443,9 +489,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             let report = cwm::maintenance::gc(&store, &lock_keys, &options)?;
             let verb = if dry_run { "would remove" } else { "removed" };
             for (hash, size) in &report.artifacts_removed {
-                println!("{verb} {} ({})", short(hash), human_bytes(*size));
+                outln!("{verb} {} ({})", short(hash), human_bytes(*size));
             }
-            println!(
+            outln!(
                 "{verb} {} artifacts and {} key records, freeing {}",
                 report.artifacts_removed.len(),
                 report.keys_removed.len(),
@@ -473,9 +519,47 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             evaluate_command::run(args, threads)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Model(ModelCommand::Bench {
+            arch,
+            size,
+            device,
+            batch,
+            seq,
+            warmup,
+            steps,
+            json,
+        }) => {
+            let mut options = cwm_stage_train::throughput::ThroughputOptions::new(
+                cwm_models::ModelConfig::new(arch, size),
+                &device,
+            );
+            (options.batch, options.seq) = (batch, seq);
+            (options.warmup, options.steps) = (warmup, steps);
+            let figures = cwm_stage_train::throughput::measure(&options)
+                .with_context(|| format!("measuring {arch} {size} on {device}"))?;
+            if json {
+                let value = serde_json::json!({
+                    "arch": arch.to_string(), "size": size.to_string(), "device": device,
+                    "batch": batch, "seq": seq, "threads": threads,
+                    "tokens_per_s": figures.tokens_per_s,
+                    "median_step_s": figures.median_step_s,
+                    "step_s": figures.step_s,
+                    "last_loss": figures.last_loss,
+                });
+                outln!("{value}");
+            } else {
+                outln!(
+                    "{arch} {size} on {device}: {:.0} tokens/s ({:.4} s per step of {batch} x \
+                     {seq} tokens, median of {steps}; {threads} CPU thread(s))",
+                    figures.tokens_per_s,
+                    figures.median_step_s
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Model(ModelCommand::Export { checkpoint, out }) => {
             let (config, tensors) = cwm_models::interop::export_checkpoint(&checkpoint, &out)?;
-            println!(
+            outln!(
                 "wrote {tensors} tensors of {} {} to {}",
                 config.family,
                 config.size,
@@ -496,7 +580,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             let mut config = cwm_models::ModelConfig::new(arch, size);
             config.mamba3_mimo = mimo;
             let params = cwm_models::interop::import_checkpoint(&from, &config, &out)?;
-            println!(
+            outln!(
                 "wrote checkpoint {} ({arch} {size}, {params} parameters)",
                 out.display()
             );
@@ -526,11 +610,11 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 }
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<12} {:<6} {:>12}", "arch", "size", "params");
+                outln!("{:<12} {:<6} {:>12}", "arch", "size", "params");
                 for r in &rows {
-                    println!(
+                    outln!(
                         "{:<12} {:<6} {:>12}",
                         r["arch"].as_str().unwrap_or_default(),
                         r["size"].as_str().unwrap_or_default(),
@@ -549,7 +633,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }
         Command::Kinds => {
             for kind in registry.kinds() {
-                println!("{} — {}", kind.name(), kind.doc());
+                outln!("{} — {}", kind.name(), kind.doc());
                 for p in kind.params() {
                     let default = match p.default.value() {
                         Some(v) => format!(" (default {v})"),
@@ -558,9 +642,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                         }
                         None => String::new(),
                     };
-                    println!("    {}: {}{default} — {}", p.name, p.ty, p.doc);
+                    outln!("    {}: {}{default} — {}", p.name, p.ty, p.doc);
                 }
-                println!("    outputs: {}", kind.outputs().join(", "));
+                outln!("    outputs: {}", kind.outputs().join(", "));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -570,7 +654,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             std::fs::write(&path, DEFAULT_PIPELINE)
                 .with_context(|| format!("writing {}", path.display()))?;
-            println!("wrote {}", path.display());
+            outln!("wrote {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -641,7 +725,7 @@ fn transfer(
     } else {
         0.0
     };
-    println!(
+    outln!(
         "{} {url}: {} artifacts ({} files, {}) transferred, {} already there, {} key records, {:.1}s ({}/s)",
         if upload { "pushed to" } else { "pulled from" },
         t.artifacts,
@@ -732,25 +816,25 @@ fn show(plan: &Plan, registry: &Registry, store: &Store, selector: &str) -> Resu
     for idx in indices {
         let inst = &plan.pipeline.instances[idx];
         let status = statuses.iter().find(|s| s.stage == inst.name);
-        println!("{} (kind {})", inst.name, inst.kind);
-        println!("  params: {}", inst.params.canonical());
+        outln!("{} (kind {})", inst.name, inst.kind);
+        outln!("  params: {}", inst.params.canonical());
         if let Some(s) = status {
-            println!("  state: {}", s.state);
+            outln!("  state: {}", s.state);
             for r in &s.reasons {
-                println!("    {r}");
+                outln!("    {r}");
             }
         }
         let Some(entry) = lock.get(&inst.name) else {
-            println!("  no result recorded in cwm.lock");
+            outln!("  no result recorded in cwm.lock");
             continue;
         };
-        println!("  key: {}", entry.key);
+        outln!("  key: {}", entry.key);
         for (output, hash) in &entry.outputs {
-            println!("  output {output}: {hash}");
-            println!("    path: {}", store.data_dir(hash).display());
+            outln!("  output {output}: {hash}");
+            outln!("    path: {}", store.data_dir(hash).display());
             match store.manifest(hash) {
                 Ok(m) => {
-                    println!(
+                    outln!(
                         "    {} files, {}, ran {} → {} ({:.1}s) on {}, cwm {}",
                         m.files.len(),
                         human_bytes(m.size),
@@ -761,7 +845,7 @@ fn show(plan: &Plan, registry: &Registry, store: &Store, selector: &str) -> Resu
                         m.cwm_version
                     );
                     for f in m.files.iter().take(20) {
-                        println!(
+                        outln!(
                             "      {:>10}  {}  {}",
                             human_bytes(f.size),
                             short(&f.blake3),
@@ -769,18 +853,18 @@ fn show(plan: &Plan, registry: &Registry, store: &Store, selector: &str) -> Resu
                         );
                     }
                     if m.files.len() > 20 {
-                        println!("      … {} more", m.files.len() - 20);
+                        outln!("      … {} more", m.files.len() - 20);
                     }
-                    println!(
+                    outln!(
                         "    manifest: {}",
                         store.artifact_dir(hash).join("manifest.json").display()
                     );
-                    println!(
+                    outln!(
                         "    log: {}",
                         store.artifact_dir(hash).join(&m.log).display()
                     );
                 }
-                Err(e) => println!("    not in the store: {e}"),
+                Err(e) => outln!("    not in the store: {e}"),
             }
         }
     }

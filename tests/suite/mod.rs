@@ -4,6 +4,7 @@ mod data_commands;
 mod data_stages;
 mod evaluate;
 mod executor;
+mod model_commands;
 mod pipeline_errors;
 mod remote;
 mod store;

@@ -33,6 +33,7 @@ mod error;
 pub mod output;
 pub mod schedule;
 pub mod state;
+pub mod throughput;
 pub mod train;
 
 use std::path::{Path, PathBuf};

@@ -262,7 +262,7 @@ pub fn step_seed(seed: u64, step: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn lock_rng() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn lock_rng() -> std::sync::MutexGuard<'static, ()> {
     RNG_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

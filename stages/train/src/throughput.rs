@@ -1,0 +1,193 @@
+//! Training throughput: tokens per second of the train stage's own step (forward with dropout,
+//! the state loss, backward, global clipping and the AdamW update) on a synthetic batch, on
+//! any device. `cwm model bench` prints it; `benches/train_throughput.rs` compares it with
+//! PyTorch.
+//!
+//! Every step trains on one fixed batch of `batch` sequences of `seq` tokens: START then
+//! pseudo-random move ids, pseudo-random targets within each label's classes, no padding.
+//! After `warmup` steps, `steps` steps are timed one by one; a step's time ends when its loss
+//! and gradient norm have been read back to the host, so work queued on a GPU is counted.
+
+use std::time::Instant;
+
+use burn::optim::GradientsParams;
+use burn::prelude::*;
+use cwm_models::{
+    Model, ModelConfig, N_LABELS, START_TOKEN, StateModel, device_by_name, label_classes,
+};
+
+use crate::adamw::{AdamW, AdamWConfig};
+use crate::error::TrainError;
+use crate::train::{init_model, lock_rng, step_seed};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ThroughputOptions {
+    /// The model.
+    pub model: ModelConfig,
+    /// `cpu`, `cuda` or `cuda:N` (as the train stage's `device` param).
+    pub device: String,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Tokens per sequence (START included).
+    pub seq: usize,
+    /// Untimed steps first.
+    pub warmup: usize,
+    /// Timed steps (at least 1).
+    pub steps: usize,
+    /// Seed of the initial weights and the dropout masks.
+    pub seed: u64,
+}
+
+impl ThroughputOptions {
+    /// The defaults of the benchmark: batch 32, 128 tokens, 2 warm-up and 5 timed
+    /// steps, seed 0, on `device`.
+    pub fn new(model: ModelConfig, device: &str) -> ThroughputOptions {
+        ThroughputOptions {
+            model,
+            device: device.to_owned(),
+            batch: 32,
+            seq: 128,
+            warmup: 2,
+            steps: 5,
+            seed: 0,
+        }
+    }
+}
+
+/// The measured figures.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// `batch · seq / median_step_s`.
+    pub tokens_per_s: f64,
+    /// The median of the timed steps.
+    pub median_step_s: f64,
+    /// Every timed step, in order.
+    pub step_s: Vec<f64>,
+    /// The loss of the last step (a sanity figure: about 2.3 at initialisation).
+    pub last_loss: f64,
+}
+
+/// A 64-bit LCG for the synthetic batch.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn read_scalar(tensor: Tensor<1>) -> Result<f64, TrainError> {
+    tensor
+        .into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .ok()
+        .and_then(|v| v.first().copied())
+        .ok_or_else(|| TrainError::Failed("cannot read the loss back".into()))
+}
+
+/// Runs the training steps of `options` and times them.
+///
+/// # Errors
+/// [`TrainError`] on a bad device name or model config, a non-finite loss, or a failed
+/// read-back.
+pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
+    if options.batch == 0 || options.seq == 0 || options.steps == 0 {
+        return Err(TrainError::Config(
+            "batch, seq and steps must be positive".into(),
+        ));
+    }
+    let device = device_by_name(&options.device)?.autodiff();
+    let mut model: Model = init_model(&options.model, options.seed, &device)?;
+    let (batch, seq) = (options.batch, options.seq);
+    let mut rng = Lcg(42);
+    let moves: Vec<i64> = (0..batch * seq)
+        .map(|i| {
+            if i % seq == 0 {
+                START_TOKEN
+            } else {
+                rng.below(20_480) as i64
+            }
+        })
+        .collect();
+    let classes = label_classes();
+    let targets: Vec<i64> = (0..batch * seq * N_LABELS)
+        .map(|i| rng.below(classes[i % N_LABELS] as u64) as i64)
+        .collect();
+    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq]), &device);
+    let targets =
+        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq, N_LABELS]), &device);
+    let valid = Tensor::<2, Bool>::from_data(
+        TensorData::new(vec![true; batch * seq], [batch, seq]),
+        &device,
+    );
+    let mut optim = AdamW::new(AdamWConfig::new(0.95, 0.01, 1.0));
+    let mut step_s = Vec::with_capacity(options.steps);
+    let mut last_loss = f64::NAN;
+    for step in 0..options.warmup + options.steps {
+        let start = Instant::now();
+        let loss = {
+            let _guard = lock_rng();
+            device.seed(step_seed(options.seed, step as u64 + 1));
+            model
+                .state_loss(moves.clone(), targets.clone(), valid.clone())?
+                .loss
+        };
+        last_loss = read_scalar(loss.clone().detach())?;
+        if !last_loss.is_finite() {
+            return Err(TrainError::Failed(format!(
+                "the loss is {last_loss} at step {step}"
+            )));
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let (next, _) = optim.step(model, &grads, 3e-4)?;
+        model = next;
+        let seconds = start.elapsed().as_secs_f64();
+        if step >= options.warmup {
+            step_s.push(seconds);
+        }
+    }
+    let mut sorted = step_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median_step_s = sorted[sorted.len() / 2];
+    Ok(Throughput {
+        tokens_per_s: (batch * seq) as f64 / median_step_s,
+        median_step_s,
+        step_s,
+        last_loss,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cwm_models::{Family, Size};
+
+    #[test]
+    fn a_short_measurement_reports_consistent_figures() {
+        let mut options =
+            ThroughputOptions::new(ModelConfig::new(Family::SliceDiag, Size::D128), "cpu");
+        (options.batch, options.seq, options.warmup, options.steps) = (2, 16, 1, 3);
+        let figures = measure(&options).unwrap();
+        assert_eq!(figures.step_s.len(), 3);
+        assert!(figures.step_s.iter().all(|&s| s > 0.0));
+        let expected = 32.0 / figures.median_step_s;
+        assert!((figures.tokens_per_s - expected).abs() < 1e-9 * expected);
+        // Near ln of the class counts averaged over the labels at initialisation.
+        assert!(
+            (1.0..6.0).contains(&figures.last_loss),
+            "{}",
+            figures.last_loss
+        );
+        options.device = "tpu".into();
+        assert!(measure(&options).is_err());
+        options.device = "cpu".into();
+        options.steps = 0;
+        assert!(measure(&options).is_err());
+    }
+}
