@@ -347,23 +347,45 @@ pub fn parse_pgn_file(
                 let _ = tx.send(Ok(chunk));
             }
         });
-        // `rx` is dropped when this closure returns, which stops the reader thread early.
-        for chunk in rx {
-            if cancelled() {
-                return Err(DataError::Cancelled);
-            }
-            let chunk = chunk.map_err(|e| DataError::io(path, e))?;
-            let replayed: Vec<Result<(String, KeptGame), Rejection>> = pool.install(|| {
+        let (config, ids, pool) = (&config, &ids, &pool);
+        let replay = move |chunk: Vec<RawGame>| -> Vec<Result<(String, KeptGame), Rejection>> {
+            pool.install(|| {
                 chunk
                     .into_par_iter()
                     .map(|raw| {
-                        replay_game(raw, &config).map(|game| {
+                        replay_game(raw, config).map(|game| {
                             let id = ids.id(game.headers.site.as_deref().unwrap_or_default());
                             (id, game)
                         })
                     })
                     .collect()
-            });
+            })
+        };
+        // While the sink writes one chunk's games (Parquet encoding and compression, on this
+        // thread), the pool replays the next one.
+        let mut chunks = rx.into_iter();
+        let mut replaying = None;
+        // `rx` is dropped when this closure returns, which stops the reader thread early.
+        loop {
+            let started = match chunks.next() {
+                Some(chunk) => {
+                    if cancelled() {
+                        return Err(DataError::Cancelled);
+                    }
+                    let chunk = chunk.map_err(|e| DataError::io(path, e))?;
+                    Some(scope.spawn(move || replay(chunk)))
+                }
+                None => None,
+            };
+            let Some(previous) = std::mem::replace(&mut replaying, started) else {
+                if replaying.is_none() {
+                    break;
+                }
+                continue;
+            };
+            let replayed = previous.join().map_err(|_| {
+                DataError::Invalid(format!("{}: a replay thread panicked", path.display()))
+            })?;
             for outcome in replayed {
                 report.games_read += 1;
                 match outcome {

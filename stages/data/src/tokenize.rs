@@ -12,10 +12,11 @@
 //! States are recomputed from the stored move ids by replaying them with shakmaty (each id must
 //! be a legal move, else the stage fails: the input is not a games table of legal games).
 //!
-//! Work is split by row group: the games are read [`ROW_GROUPS_PER_THREAD`] row groups per
-//! thread at a time, and each row group of [`SHARD_ROW_GROUP_GAMES`] games is replayed, built
-//! and encoded (Parquet encoding and zstd included) by one task of a local rayon pool; the
-//! calling thread only appends the encoded row groups to the shard files, in input order. The
+//! Work is split by row group: a reader thread decodes the games [`ROW_GROUPS_PER_THREAD`] row
+//! groups per thread at a time, one batch ahead, and each row group of
+//! [`SHARD_ROW_GROUP_GAMES`] games is replayed, built and encoded (Parquet encoding and zstd
+//! included) by one task of a local rayon pool; the calling thread only appends the encoded
+//! row groups to the shard files, in input order. The
 //! bytes written are therefore the same for any thread count. Memory is bounded by one such
 //! batch of row groups.
 
@@ -25,11 +26,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryBuilder, ListBuilder, StringBuilder, UInt16Builder, UInt32Builder,
+    ArrayRef, BinaryArray, ListBuilder, StringBuilder, UInt16Builder, UInt32Builder,
 };
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use cwm_chess::encode::{
-    EpConvention, NUM_MOVE_IDS, START, STATE_LEN, encode_state_into, unpack_move,
+    EpConvention, NUM_MOVE_IDS, START, STATE_LEN, encode_state_after_move, encode_state_into,
+    unpack_move,
 };
 use cwm_stage::{
     InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
@@ -142,6 +145,16 @@ pub fn replay_states(
     states: &mut Vec<u8>,
 ) -> Result<(), DataError> {
     states.clear();
+    append_states(id, moves, ep_convention, states)
+}
+
+/// Like [`replay_states`], but appends to `states` (a row group's value buffer).
+fn append_states(
+    id: &str,
+    moves: &[u16],
+    ep_convention: EpConvention,
+    states: &mut Vec<u8>,
+) -> Result<(), DataError> {
     states.reserve((moves.len() + 1) * STATE_LEN);
     let mut position = Chess::default();
     let mut labels = [0u8; STATE_LEN];
@@ -162,7 +175,7 @@ pub fn replay_states(
         .to_move(&position)
         .map_err(|_| illegal())?;
         position.play_unchecked(m);
-        encode_state_into(&position, ep_convention, &mut labels);
+        encode_state_after_move(&position, &m, ep_convention, &mut labels);
         states.extend_from_slice(&labels);
     }
     Ok(())
@@ -299,25 +312,38 @@ fn encode_row_group(
     let mut result = StringBuilder::new();
     let mut plies = UInt32Builder::with_capacity(games.len());
     let mut moves = ListBuilder::new(UInt16Builder::new()).with_field(u16_item_field());
+    // The states column is built in place: every game's labels appended to one value buffer.
     let state_bytes: usize = games.iter().map(|g| (g.moves.len() + 1) * STATE_LEN).sum();
-    let mut states = BinaryBuilder::with_capacity(games.len(), state_bytes);
-    let mut labels = Vec::new();
+    let mut state_values = Vec::with_capacity(state_bytes);
+    let mut state_offsets = Vec::with_capacity(games.len() + 1);
+    state_offsets.push(0i32);
     for game in games {
-        replay_states(&game.id, &game.moves, ep, &mut labels)?;
+        append_states(&game.id, &game.moves, ep, &mut state_values)?;
+        let end = i32::try_from(state_values.len()).map_err(|_| {
+            DataError::Invalid(format!(
+                "{}: a row group's states exceed 2 GiB",
+                path.display()
+            ))
+        })?;
+        state_offsets.push(end);
         id.append_value(&game.id);
         result.append_value(&game.result);
         plies.append_value(u32::try_from(game.moves.len()).unwrap_or(u32::MAX));
         moves.values().append_value(START);
         moves.values().append_slice(&game.moves);
         moves.append(true);
-        states.append_value(&labels);
     }
+    let states = BinaryArray::new(
+        OffsetBuffer::new(ScalarBuffer::from(state_offsets)),
+        Buffer::from_vec(state_values),
+        None,
+    );
     let columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
         Arc::new(result.finish()),
         Arc::new(plies.finish()),
         Arc::new(moves.finish()),
-        Arc::new(states.finish()),
+        Arc::new(states),
     ];
     let parquet = |e| DataError::parquet(path, e);
     let mut writers = factory.create_column_writers(row_group).map_err(parquet)?;
@@ -387,51 +413,66 @@ pub fn tokenize_games(
     // readers find the schema.
     let (mut shard, factory) = ShardFile::create(shard_path(0), ep)?;
     let batch_games = SHARD_ROW_GROUP_GAMES * ROW_GROUPS_PER_THREAD * options.threads.max(1);
-    for batch in GamesReader::open(input, batch_games)? {
-        if cancelled() {
-            return Err(DataError::Cancelled);
-        }
-        let batch = batch?;
-        let plans = plan_row_groups(batch.len(), shard_games, shard.games, shard.row_groups);
-        let mut shard_index = summary.shards.len();
-        let encoded: Vec<Result<Vec<ArrowColumnChunk>, DataError>> = {
-            let jobs: Vec<(&RowGroupPlan, PathBuf)> = plans
-                .iter()
-                .map(|plan| {
-                    shard_index += usize::from(plan.new_shard);
-                    (plan, shard_path(shard_index))
-                })
-                .collect();
-            pool.install(|| {
-                jobs.par_iter()
-                    .map(|(plan, path)| {
-                        let games = &batch[plan.games.clone()];
-                        encode_row_group(&factory, plan.row_group, games, ep, path)
-                    })
-                    .collect()
-            })
-        };
-        for (plan, chunks) in plans.iter().zip(encoded) {
-            let chunks = chunks?;
-            if plan.new_shard {
-                let next = shard_path(summary.shards.len() + 1);
-                let full = std::mem::replace(&mut shard, ShardFile::create(next, ep)?.0);
-                summary.shards.push(full.finish()?);
-            }
-            let games = &batch[plan.games.clone()];
-            shard.append(chunks, games.len())?;
-            for game in games {
-                for &m in &game.moves {
-                    if let Some(slot) = seen.get_mut(usize::from(m)) {
-                        *slot = true;
-                    }
+    let reader = GamesReader::open(input, batch_games)?;
+    // A reader thread decodes the next batch of the games table while this one's row groups
+    // are encoded: reading would otherwise leave the pool idle.
+    std::thread::scope(|scope| -> Result<(), DataError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        scope.spawn(move || {
+            for batch in reader {
+                if tx.send(batch).is_err() {
+                    return;
                 }
-                summary.plies += game.moves.len() as u64;
             }
-            summary.games += games.len() as u64;
+        });
+        // `rx` is dropped when this closure returns, which stops the reader thread early.
+        for batch in rx {
+            if cancelled() {
+                return Err(DataError::Cancelled);
+            }
+            let batch = batch?;
+            let plans = plan_row_groups(batch.len(), shard_games, shard.games, shard.row_groups);
+            let mut shard_index = summary.shards.len();
+            let encoded: Vec<Result<Vec<ArrowColumnChunk>, DataError>> = {
+                let jobs: Vec<(&RowGroupPlan, PathBuf)> = plans
+                    .iter()
+                    .map(|plan| {
+                        shard_index += usize::from(plan.new_shard);
+                        (plan, shard_path(shard_index))
+                    })
+                    .collect();
+                pool.install(|| {
+                    jobs.par_iter()
+                        .map(|(plan, path)| {
+                            let games = &batch[plan.games.clone()];
+                            encode_row_group(&factory, plan.row_group, games, ep, path)
+                        })
+                        .collect()
+                })
+            };
+            for (plan, chunks) in plans.iter().zip(encoded) {
+                let chunks = chunks?;
+                if plan.new_shard {
+                    let next = shard_path(summary.shards.len() + 1);
+                    let full = std::mem::replace(&mut shard, ShardFile::create(next, ep)?.0);
+                    summary.shards.push(full.finish()?);
+                }
+                let games = &batch[plan.games.clone()];
+                shard.append(chunks, games.len())?;
+                for game in games {
+                    for &m in &game.moves {
+                        if let Some(slot) = seen.get_mut(usize::from(m)) {
+                            *slot = true;
+                        }
+                    }
+                    summary.plies += game.moves.len() as u64;
+                }
+                summary.games += games.len() as u64;
+            }
+            progress.inc(batch.len() as u64);
         }
-        progress.inc(batch.len() as u64);
-    }
+        Ok(())
+    })?;
     summary.shards.push(shard.finish()?);
     summary.distinct_move_ids = seen.iter().filter(|&&s| s).count();
     let coverage = serde_json::json!({

@@ -133,13 +133,7 @@ pub fn state_loss(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    let [batch, seq, _] = logits.dims();
-    if valid.dims() != [batch, seq] {
-        return Err(ModelError::Shape(format!(
-            "mask is {:?}, logits are [{batch}, {seq}, ..]",
-            valid.dims()
-        )));
-    }
+    check_mask(&logits, &valid, "logits")?;
     Ok(masked_loss(step_cross_entropy(logits, targets)?, valid))
 }
 
@@ -181,7 +175,7 @@ pub fn generic_state_loss_from_features(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    check_valid(&features, &valid)?;
+    check_mask(&features, &valid, "features")?;
     Ok(masked_loss(
         step_cross_entropy_from_features(features, head, targets)?,
         valid,
@@ -201,17 +195,18 @@ pub fn fused_state_loss_from_features(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    check_valid(&features, &valid)?;
+    check_mask(&features, &valid, "features")?;
     check_head(&features, head, &targets)?;
     let host = HostTargets::read(targets, valid);
     fused_state_loss(features, head, &host)
 }
 
-fn check_valid(features: &Tensor<3>, valid: &Tensor<2, Bool>) -> Result<(), ModelError> {
-    let [batch, seq, _] = features.dims();
+/// `valid` must be `[batch, seq]` of `x` (`[batch, seq, ..]`, called `what` in the error).
+fn check_mask(x: &Tensor<3>, valid: &Tensor<2, Bool>, what: &str) -> Result<(), ModelError> {
+    let [batch, seq, _] = x.dims();
     if valid.dims() != [batch, seq] {
         return Err(ModelError::Shape(format!(
-            "mask is {:?}, features are [{batch}, {seq}, ..]",
+            "mask is {:?}, {what} are [{batch}, {seq}, ..]",
             valid.dims()
         )));
     }

@@ -8,7 +8,9 @@ use shakmaty::{
 };
 
 use super::{GameHeaders, RawGame, RejectReason, Rejection};
-use crate::encode::{EpConvention, START, StateLabels, encode_state_into, pack_move};
+use crate::encode::{
+    EpConvention, START, StateLabels, encode_state_after_move, encode_state_into, pack_move,
+};
 
 /// Settings of the legality step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,9 +110,9 @@ fn replay_into(
 
     let mut position = start;
     out.moves.push(START);
+    let mut labels = [0u8; crate::encode::STATE_LEN];
     if let Some(ep_convention) = states {
         out.states.reserve(sans.len() + 1);
-        let mut labels = [0u8; crate::encode::STATE_LEN];
         encode_state_into(&position, ep_convention, &mut labels);
         out.states.push(labels);
     }
@@ -132,8 +134,7 @@ fn replay_into(
         out.moves.push(pack_move(&m));
         position.play_unchecked(m);
         if let Some(ep_convention) = states {
-            let mut labels = [0u8; crate::encode::STATE_LEN];
-            encode_state_into(&position, ep_convention, &mut labels);
+            encode_state_after_move(&position, &m, ep_convention, &mut labels);
             out.states.push(labels);
         }
     }
