@@ -23,7 +23,13 @@
 //! ```text
 //! cargo bench --bench data_path                 # everything
 //! cargo bench --bench data_path -- x20          # one input; the table shows what ran
+//! taskset -c 0 cargo bench --bench data_path -- x20   # per-core figures
 //! ```
+//!
+//! "1 thread" sizes the stages' rayon pools; parse and tokenize also run a reader thread, and
+//! parse writes on its calling thread while the pool replays, so unpinned "1 thread" figures use
+//! more than one core. Pin the process to one core for per-core figures, and compare the
+//! unpinned 2-thread figure with the pinned 1-thread one for the scaling.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
