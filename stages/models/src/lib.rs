@@ -52,8 +52,8 @@ pub use head::{
     PAD_TOKEN, START_TOKEN, input_embedding, label_classes, output_head, split_head, torch_linear,
 };
 pub use loss::{
-    StateLoss, fused_state_loss_from_features, generic_state_loss_from_features, state_loss,
-    state_loss_from_features, step_cross_entropy, step_cross_entropy_from_features, valid_mask,
+    LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_with_kernel,
+    step_cross_entropy, step_cross_entropy_from_features, valid_mask,
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{IMPLEMENTED, Model, StateModel, params, params_of};

@@ -137,12 +137,23 @@ pub fn state_loss(
     Ok(masked_loss(step_cross_entropy(logits, targets)?, valid))
 }
 
+/// Which implementation computes the state loss from features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKernel {
+    /// [`LossKernel::FusedCpu`] on a `flex` autodiff device (CPU training), else
+    /// [`LossKernel::Generic`].
+    Auto,
+    /// burn's tensor operations, on any backend.
+    Generic,
+    /// The head and the cross-entropy with its gradient as one host computation
+    /// ([`crate::fused_loss`]); the logits are read back from the device, so it is meant for
+    /// the `flex` CPU backend.
+    FusedCpu,
+}
+
 /// [`state_loss`] of `head.forward(features)` with the head applied group by group, so the
-/// backward pass never builds a full-width gradient per group. On a `flex` autodiff device
-/// (CPU training) the cross-entropy and its gradient are one fused host kernel
-/// ([`fused_state_loss_from_features`]); elsewhere they are burn's tensor operations
-/// ([`generic_state_loss_from_features`]). Training uses it through
-/// [`crate::StateModel::state_loss`].
+/// backward pass never builds a full-width gradient per group; the cross-entropy as
+/// [`LossKernel::Auto`] picks. Training uses it through [`crate::StateModel::state_loss`].
 ///
 /// # Shapes
 /// - `features`: `[batch, seq, d]`
@@ -150,55 +161,46 @@ pub fn state_loss(
 /// - `valid`: `[batch, seq]`
 ///
 /// # Errors
-/// [`ModelError::Shape`] when the shapes do not fit together.
+/// [`ModelError::Shape`] when the shapes do not fit together, or (fused kernel) a valid
+/// step's target is outside its label's classes.
 pub fn state_loss_from_features(
     features: Tensor<3>,
     head: &Linear,
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
+    state_loss_with_kernel(LossKernel::Auto, features, head, targets, valid)
+}
+
+/// [`state_loss_from_features`] with the implementation chosen by `kernel` (the tests compare
+/// them).
+///
+/// # Errors
+/// As [`state_loss_from_features`].
+pub fn state_loss_with_kernel(
+    kernel: LossKernel,
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
+    check_mask(&features, &valid, "features")?;
     let device = features.device();
-    if device.is_autodiff() && device == Device::flex() {
-        fused_state_loss_from_features(features, head, targets, valid)
+    let fused = match kernel {
+        LossKernel::Auto => device.is_autodiff() && device == Device::flex(),
+        LossKernel::Generic => false,
+        LossKernel::FusedCpu => true,
+    };
+    if fused {
+        check_head(&features, head, &targets)?;
+        let host = HostTargets::read(targets, valid);
+        fused_state_loss(features, head, &host)
     } else {
-        generic_state_loss_from_features(features, head, targets, valid)
+        Ok(masked_loss(
+            step_cross_entropy_from_features(features, head, targets)?,
+            valid,
+        ))
     }
-}
-
-/// [`state_loss_from_features`] as burn's tensor operations, on any backend.
-///
-/// # Errors
-/// [`ModelError::Shape`] when the shapes do not fit together.
-pub fn generic_state_loss_from_features(
-    features: Tensor<3>,
-    head: &Linear,
-    targets: Tensor<3, Int>,
-    valid: Tensor<2, Bool>,
-) -> Result<StateLoss, ModelError> {
-    check_mask(&features, &valid, "features")?;
-    Ok(masked_loss(
-        step_cross_entropy_from_features(features, head, targets)?,
-        valid,
-    ))
-}
-
-/// [`state_loss_from_features`] with the cross-entropy and its gradient computed on the host
-/// ([`crate::fused_loss`]): the training path on the `flex` CPU backend. The logits are read
-/// back from the device, so other backends use [`generic_state_loss_from_features`].
-///
-/// # Errors
-/// [`ModelError::Shape`] when the shapes do not fit together or a valid step's target is
-/// outside its label's classes.
-pub fn fused_state_loss_from_features(
-    features: Tensor<3>,
-    head: &Linear,
-    targets: Tensor<3, Int>,
-    valid: Tensor<2, Bool>,
-) -> Result<StateLoss, ModelError> {
-    check_mask(&features, &valid, "features")?;
-    check_head(&features, head, &targets)?;
-    let host = HostTargets::read(targets, valid);
-    fused_state_loss(features, head, &host)
 }
 
 /// `valid` must be `[batch, seq]` of `x` (`[batch, seq, ..]`, called `what` in the error).

@@ -2,8 +2,8 @@
 
 use burn::prelude::*;
 use cwm_models::{
-    HEAD_OUT, LABEL_GROUPS, N_LABELS, StateMetrics, correct_counts, fused_state_loss_from_features,
-    generic_state_loss_from_features, label_classes, split_head, state_loss, valid_mask,
+    HEAD_OUT, LABEL_GROUPS, LossKernel, N_LABELS, StateMetrics, correct_counts, label_classes,
+    split_head, state_loss, state_loss_with_kernel, valid_mask,
 };
 
 fn device() -> Device {
@@ -301,12 +301,12 @@ fn the_fused_cpu_loss_equals_the_generic_one_in_value_and_gradients() {
     let run = |fused: bool| {
         let (head, features, targets, valid) = head_batch(&device);
         let features = features.require_grad();
-        let loss = if fused {
-            fused_state_loss_from_features(features.clone(), &head, targets, valid)
+        let kernel = if fused {
+            LossKernel::FusedCpu
         } else {
-            generic_state_loss_from_features(features.clone(), &head, targets, valid)
-        }
-        .unwrap();
+            LossKernel::Generic
+        };
+        let loss = state_loss_with_kernel(kernel, features.clone(), &head, targets, valid).unwrap();
         let grads = loss.loss.backward();
         let bias = head.bias.as_ref().unwrap().val();
         (
@@ -345,7 +345,8 @@ fn the_fused_cpu_loss_equals_the_generic_one_in_value_and_gradients() {
     let (head, features, targets, _) = head_batch(&device);
     let features = features.require_grad();
     let none = valid_mask(&[0, 0], 5, &device).unwrap();
-    let loss = fused_state_loss_from_features(features.clone(), &head, targets, none).unwrap();
+    let loss = state_loss_with_kernel(LossKernel::FusedCpu, features.clone(), &head, targets, none)
+        .unwrap();
     assert_eq!(scalar(loss.loss.clone().inner()), 0.0);
     let grads = loss.loss.backward();
     let gx = values(features.grad(&grads).unwrap().reshape([10, 8]).inner());
@@ -360,6 +361,7 @@ fn the_fused_cpu_loss_rejects_a_target_outside_its_classes() {
     let mut data: Vec<i64> = targets.into_data().iter::<i64>().collect();
     data[64] = 2;
     let targets = Tensor::<3, Int>::from_data(TensorData::new(data, [2, 5, N_LABELS]), &device);
-    let err = fused_state_loss_from_features(features, &head, targets, valid).unwrap_err();
+    let err =
+        state_loss_with_kernel(LossKernel::FusedCpu, features, &head, targets, valid).unwrap_err();
     assert!(err.to_string().contains("outside its 2 classes"), "{err}");
 }
