@@ -94,9 +94,7 @@ pub fn config_from_json(value: &Value) -> Result<ModelConfig, ModelError> {
     if let Some(scan) = text("scan")? {
         config.scan = scan.parse::<Scan>()?;
     }
-    if let Some(chunk) = unsigned("chunk_size")? {
-        config.chunk_size = chunk;
-    }
+    config.chunk_size = unsigned("chunk_size")?;
     if let Some(mimo) = value.get("mamba3_mimo").filter(|v| !v.is_null()) {
         config.mamba3_mimo = mimo
             .as_bool()
@@ -181,6 +179,11 @@ mod tests {
         config.dropout = 0.0;
         let back = config_from_json(&config_to_json(&config)).unwrap();
         assert_eq!(back, config);
+        // An unset chunk size stays unset (the device picks it); a stored one is kept.
+        assert_eq!(back.chunk_size, None);
+        config.chunk_size = Some(64);
+        let back = config_from_json(&config_to_json(&config)).unwrap();
+        assert_eq!(back.chunk_size, Some(64));
         let minimal = json!({"arch": "slice", "size": "d128"});
         assert_eq!(
             config_from_json(&minimal).unwrap(),

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use burn::prelude::Device;
+
 use crate::error::ModelError;
 
 /// A model family, named as everywhere else in cwm.
@@ -245,8 +247,10 @@ pub struct ModelConfig {
     pub slice_block_size: Option<usize>,
     /// Recurrent families: sequential or chunked evaluation. Default [`Scan::Chunked`].
     pub scan: Scan,
-    /// Recurrent families: steps per chunk when [`Scan::Chunked`]. Default 64.
-    pub chunk_size: usize,
+    /// Recurrent families: steps per chunk when [`Scan::Chunked`]. `None` (the default) takes
+    /// [`default_chunk_size`] for the family and the device the model is built on; the chunk
+    /// size changes the speed and the floating-point rounding, not the function computed.
+    pub chunk_size: Option<usize>,
     /// Mamba-3 only: MIMO instead of the presets' SISO (spec F.1). Default false.
     pub mamba3_mimo: bool,
     /// Mamba-3 only: the MIMO rank. Default 4.
@@ -263,10 +267,18 @@ impl ModelConfig {
             rope: Rope::Reference,
             slice_block_size: None,
             scan: Scan::Chunked,
-            chunk_size: 64,
+            chunk_size: None,
             mamba3_mimo: false,
             mamba3_mimo_rank: 4,
         }
+    }
+
+    /// Steps per chunk of the chunked scans on `device`: [`ModelConfig::chunk_size`] when set,
+    /// else [`default_chunk_size`].
+    pub fn chunk_size_on(&self, device: &Device) -> usize {
+        self.chunk_size
+            .unwrap_or_else(|| default_chunk_size(self.family, device))
+            .max(1)
     }
 
     /// Model width `d`.
@@ -305,7 +317,7 @@ impl ModelConfig {
                 format!("{} is not in [0, 1)", self.dropout),
             ));
         }
-        if self.chunk_size == 0 {
+        if self.chunk_size == Some(0) {
             return Err(invalid("chunk_size", "must be at least 1".into()));
         }
         let block = self.slice_block();
@@ -322,9 +334,46 @@ impl ModelConfig {
     }
 }
 
+/// Steps per chunk of a family's chunked scan when the configuration leaves it open: the
+/// fastest of 4, 8, 16, 32 and 64 for a d128 training step (batch 32 × 128 tokens) on burn's
+/// `flex` CPU backend, and 64 on any other device.
+///
+/// On the CPU the within-chunk scans cost more per step as chunks grow (SLiCE's composes 8×8
+/// matrices log₂(chunk) times per step), while the carry across chunks is cheap. Measured with
+/// `cwm model bench --threads 1` (tokens/s at 64 → the default): `slice` 7,306 → 10,074 (8),
+/// `slice_diag` 20,200 → 20,983 (8), `gdn` 12,600 → 14,228 (16); Mamba-2 and Mamba-3 were
+/// fastest at 64. On an H100 all families were measured at 64 only (docs/gpu.md).
+pub fn default_chunk_size(family: Family, device: &Device) -> usize {
+    if *device != Device::flex() {
+        return 64;
+    }
+    match family {
+        Family::Slice | Family::SliceDiag => 8,
+        Family::Gdn | Family::GdnPos => 16,
+        Family::Transformer | Family::Mamba2 | Family::Mamba3 => 64,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_size_follows_family_and_device_unless_set() {
+        let cpu = Device::flex();
+        let chunk = |family| ModelConfig::new(family, Size::D128).chunk_size_on(&cpu);
+        assert_eq!(chunk(Family::Slice), 8);
+        assert_eq!(chunk(Family::SliceDiag), 8);
+        assert_eq!(chunk(Family::Gdn), 16);
+        assert_eq!(chunk(Family::GdnPos), 16);
+        assert_eq!(chunk(Family::Mamba2), 64);
+        assert_eq!(chunk(Family::Mamba3), 64);
+        let mut config = ModelConfig::new(Family::Slice, Size::D128);
+        config.chunk_size = Some(32);
+        assert_eq!(config.chunk_size_on(&cpu), 32);
+        config.chunk_size = Some(0);
+        assert!(config.validate().is_err());
+    }
 
     #[test]
     fn names_round_trip() {

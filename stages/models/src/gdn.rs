@@ -180,7 +180,7 @@ impl GatedDeltaNet {
                     n_heads: h,
                     allow_neg_eigval,
                     scan: config.scan,
-                    chunk_size: config.chunk_size.max(1),
+                    chunk_size: config.chunk_size_on(device),
                 },
                 mlp_norm: norm(d),
                 mlp: GdnMlp {

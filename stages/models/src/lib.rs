@@ -44,7 +44,7 @@ pub mod slice;
 pub mod transformer;
 
 pub use checkpoint::{load_model, save_model};
-pub use config::{Family, ModelConfig, Rope, Scan, Size};
+pub use config::{Family, ModelConfig, Rope, Scan, Size, default_chunk_size};
 pub use device::{CUDA_BUILT, device_by_name};
 pub use error::ModelError;
 pub use head::{

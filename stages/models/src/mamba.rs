@@ -303,7 +303,7 @@ impl Mamba2Mixer {
             out_proj,
             n_heads,
             scan: config.scan,
-            chunk_size: config.chunk_size.max(1),
+            chunk_size: config.chunk_size_on(device),
         }
     }
 
@@ -401,7 +401,7 @@ impl Mamba3Mixer {
             n_heads,
             rank,
             scan: config.scan,
-            chunk_size: config.chunk_size.max(1),
+            chunk_size: config.chunk_size_on(device),
         }
     }
 

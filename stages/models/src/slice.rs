@@ -91,7 +91,7 @@ impl Slice {
                     d,
                     config.slice_block(),
                     config.scan,
-                    config.chunk_size,
+                    config.chunk_size_on(device),
                     device,
                 ),
                 norm1: norm(),
