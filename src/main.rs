@@ -229,6 +229,10 @@ enum ModelCommand {
         /// Timed steps; the figure is their median.
         #[arg(long, default_value_t = 5)]
         steps: usize,
+        /// Steps per chunk of a recurrent family's chunked scan (default: the family's
+        /// default for the device).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        chunk_size: Option<u64>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -527,12 +531,17 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             seq,
             warmup,
             steps,
+            chunk_size,
             json,
         }) => {
-            let mut options = cwm_stage_train::throughput::ThroughputOptions::new(
-                cwm_models::ModelConfig::new(arch, size),
-                &device,
-            );
+            let mut model = cwm_models::ModelConfig::new(arch, size);
+            model.chunk_size = chunk_size.map(|n| n as usize);
+            // The chunk size the recurrent families run with (none for the transformer).
+            let chunk = (arch != cwm_models::Family::Transformer)
+                .then(|| cwm_models::device_by_name(&device).map(|d| model.chunk_size_on(&d)))
+                .transpose()
+                .with_context(|| format!("device {device:?}"))?;
+            let mut options = cwm_stage_train::throughput::ThroughputOptions::new(model, &device);
             (options.batch, options.seq) = (batch, seq);
             (options.warmup, options.steps) = (warmup, steps);
             let figures = cwm_stage_train::throughput::measure(&options)
@@ -540,7 +549,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if json {
                 let value = serde_json::json!({
                     "arch": arch.to_string(), "size": size.to_string(), "device": device,
-                    "batch": batch, "seq": seq, "threads": threads,
+                    "batch": batch, "seq": seq, "threads": threads, "chunk_size": chunk,
                     "tokens_per_s": figures.tokens_per_s,
                     "median_step_s": figures.median_step_s,
                     "step_s": figures.step_s,

@@ -35,6 +35,14 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert!((tokens_per_s * median - 32.0).abs() < 1e-6, "{figures}");
     let loss = figures["last_loss"].as_f64().expect("last_loss");
     assert!((1.0..6.0).contains(&loss), "{figures}");
+    // The CPU's default chunk for SLiCE, unless the command sets one.
+    assert_eq!(figures["chunk_size"], 8, "{figures}");
+    let mut chunked = args.to_vec();
+    chunked.extend(["--chunk-size", "3"]);
+    let figures: serde_json::Value = serde_json::from_str(&ws.ok(&chunked)).expect("JSON");
+    assert_eq!(figures["chunk_size"], 3, "{figures}");
+    let zero = ws.cwm(&[&args[..], &["--chunk-size", "0"]].concat());
+    assert_eq!(zero.status.code(), Some(2), "a chunk of 0 steps is refused");
 }
 
 #[test]
