@@ -559,9 +559,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             } else {
                 outln!(
                     "{arch} {size} on {device}: {:.0} tokens/s ({:.4} s per step of {batch} x \
-                     {seq} tokens, median of {steps}; {threads} CPU thread(s))",
+                     {seq} tokens, median of {steps}; {threads} CPU thread(s){})",
                     figures.tokens_per_s,
-                    figures.median_step_s
+                    figures.median_step_s,
+                    chunk.map_or(String::new(), |n| format!("; scan chunks of {n} steps"))
                 );
             }
             Ok(ExitCode::SUCCESS)
