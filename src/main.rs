@@ -536,11 +536,6 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }) => {
             let mut model = cwm_models::ModelConfig::new(arch, size);
             model.chunk_size = chunk_size.map(|n| n as usize);
-            // The chunk size the recurrent families run with (none for the transformer).
-            let chunk = (arch != cwm_models::Family::Transformer)
-                .then(|| cwm_models::device_by_name(&device).map(|d| model.chunk_size_on(&d)))
-                .transpose()
-                .with_context(|| format!("device {device:?}"))?;
             let mut options = cwm_stage_train::throughput::ThroughputOptions::new(model, &device);
             (options.batch, options.seq) = (batch, seq);
             (options.warmup, options.steps) = (warmup, steps);
@@ -549,7 +544,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             if json {
                 let value = serde_json::json!({
                     "arch": arch.to_string(), "size": size.to_string(), "device": device,
-                    "batch": batch, "seq": seq, "threads": threads, "chunk_size": chunk,
+                    "batch": batch, "seq": seq, "threads": threads, "chunk_size": figures.chunk_size,
                     "tokens_per_s": figures.tokens_per_s,
                     "median_step_s": figures.median_step_s,
                     "step_s": figures.step_s,
@@ -562,7 +557,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                      {seq} tokens, median of {steps}; {threads} CPU thread(s){})",
                     figures.tokens_per_s,
                     figures.median_step_s,
-                    chunk.map_or(String::new(), |n| format!("; scan chunks of {n} steps"))
+                    figures
+                        .chunk_size
+                        .map_or(String::new(), |n| format!("; scan chunks of {n} steps"))
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -364,26 +364,21 @@ pub fn parse_pgn_file(
         // While the sink writes one chunk's games (Parquet encoding and compression, on this
         // thread), the pool replays the next one.
         let mut chunks = rx.into_iter();
-        let mut replaying = None;
         // `rx` is dropped when this closure returns, which stops the reader thread early.
-        loop {
-            let started = match chunks.next() {
-                Some(chunk) => {
-                    if cancelled() {
-                        return Err(DataError::Cancelled);
-                    }
-                    let chunk = chunk.map_err(|e| DataError::io(path, e))?;
-                    Some(scope.spawn(move || replay(chunk)))
-                }
-                None => None,
+        let mut start_next = || -> Result<_, DataError> {
+            let Some(chunk) = chunks.next() else {
+                return Ok(None);
             };
-            let Some(previous) = std::mem::replace(&mut replaying, started) else {
-                if replaying.is_none() {
-                    break;
-                }
-                continue;
-            };
-            let replayed = previous.join().map_err(|_| {
+            if cancelled() {
+                return Err(DataError::Cancelled);
+            }
+            let chunk = chunk.map_err(|e| DataError::io(path, e))?;
+            Ok(Some(scope.spawn(move || replay(chunk))))
+        };
+        let mut replaying = start_next()?;
+        while let Some(current) = replaying {
+            replaying = start_next()?;
+            let replayed = current.join().map_err(|_| {
                 DataError::Invalid(format!("{}: a replay thread panicked", path.display()))
             })?;
             for outcome in replayed {

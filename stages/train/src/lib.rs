@@ -20,8 +20,9 @@
 //! logs `resuming from step N` and continues at the exact next batch; the directory is removed
 //! once the outputs are written. Dropout masks are drawn after reseeding the backend from
 //! `(seed, step)` ([`train::step_seed`]), so a resumed run is bit-identical to an uninterrupted
-//! one on the same machine's CPU (not on a GPU, whose kernels vary run to run: docs/gpu.md); a test finds identical weights with 1, 2 and 4 threads (d128, batch
-//! 8, 64 tokens; larger shapes, where the backend may split work differently, are unchecked).
+//! one on the same machine's CPU (not on a GPU, whose kernels vary run to run: docs/gpu.md);
+//! a test finds identical weights with 1, 2 and 4 threads (d128, batch 8, 64 tokens; larger
+//! shapes, where the backend may split work differently, are unchecked).
 //!
 //! Unlike the reference, which restarts the recorded epoch from its beginning, resume continues
 //! mid-epoch at the next batch.

@@ -13,7 +13,7 @@ use std::time::Instant;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
-    Model, ModelConfig, N_LABELS, START_TOKEN, StateModel, device_by_name, label_classes,
+    Family, Model, ModelConfig, N_LABELS, START_TOKEN, StateModel, device_by_name, label_classes,
 };
 
 use crate::adamw::{AdamW, AdamWConfig};
@@ -66,6 +66,9 @@ pub struct Throughput {
     pub step_s: Vec<f64>,
     /// The loss of the last step (a sanity figure: about 2.3 at initialisation).
     pub last_loss: f64,
+    /// Steps per chunk of the recurrent family's chunked scan on this device; `None` for the
+    /// transformer.
+    pub chunk_size: Option<usize>,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -160,13 +163,15 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         median_step_s,
         step_s,
         last_loss,
+        chunk_size: (options.model.family != Family::Transformer)
+            .then(|| options.model.chunk_size_on(&device)),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cwm_models::{Family, Size};
+    use cwm_models::Size;
 
     #[test]
     fn a_short_measurement_reports_consistent_figures() {
@@ -184,6 +189,7 @@ mod tests {
             "{}",
             figures.last_loss
         );
+        assert_eq!(figures.chunk_size, Some(8), "slice_diag's CPU chunk");
         options.device = "tpu".into();
         assert!(measure(&options).is_err());
         options.device = "cpu".into();
