@@ -5,7 +5,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let registry = cwm::registry::Registry::builtin();
-        let _ = cwm::pipeline::load_str(text, std::path::Path::new("fuzz.yaml"), &registry, &[]);
+        let registry =
+            cwm_engine::registry::Registry::from_kinds(vec![Box::new(cwm_stage_command::CommandStage)]);
+        let _ =
+            cwm_engine::pipeline::load_str(text, std::path::Path::new("fuzz.yaml"), &registry, &[]);
     }
 });

@@ -1,5 +1,6 @@
 //! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
 
+mod cache_keys;
 mod data_commands;
 mod data_stages;
 mod evaluate;

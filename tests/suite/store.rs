@@ -117,13 +117,13 @@ fn gc_removes_only_what_nothing_refers_to() {
     );
     let dry = ws.ok(&["gc", "--keep-lock", "--dry-run"]);
     assert!(
-        dry.contains("would remove 2 artifacts and 2 key records"),
+        dry.contains("would remove 2 artifacts, 2 key records and 0 partial states"),
         "{dry}"
     );
     assert_eq!(objects(), 4);
     let out = ws.ok(&["gc", "--keep-lock"]);
     assert!(
-        out.contains("removed 2 artifacts and 2 key records, freeing"),
+        out.contains("removed 2 artifacts, 2 key records and 0 partial states, freeing"),
         "{out}"
     );
     assert_eq!(objects(), 2);

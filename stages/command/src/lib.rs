@@ -8,7 +8,10 @@
 //!   input bound to several artifacts (a matrix) gets their paths separated by
 //!   newlines, plus `$CWM_IN_<name>_COUNT` and `$CWM_IN_<name>_<i>`;
 //! - `$CWM_PARAM_<name>`: every other parameter as plain text;
-//! - `$CWM_THREADS`: the thread budget.
+//! - `$CWM_THREADS`: the thread budget;
+//! - `$CWM_PARTIAL`: a directory (create it on first use) for state a later run of the same
+//!   cache key can resume from after a failure or a kill; it is removed once the stage's result
+//!   is committed (unset outside a pipeline run).
 //!
 //! Standard output and standard error go to the stage log. A non-zero exit
 //! status fails the stage. Files listed under a stage's `deps:` in the
@@ -37,7 +40,8 @@ const PARAMS: &[ParamSpec] = &[
         ParamType::Int,
         ParamDefault::Int(1),
         "threads the command uses (0 = all); exported as $CWM_THREADS",
-    ),
+    )
+    .unkeyed(),
 ];
 
 impl StageKind for CommandStage {
@@ -85,6 +89,9 @@ impl StageKind for CommandStage {
             .env("CWM_OUT", out)
             .env("CWM_THREADS", ctx.threads().to_string())
             .env("CWM_INSTANCE", ctx.instance());
+        if let Some(partial) = ctx.partial_dir() {
+            command.env("CWM_PARTIAL", partial);
+        }
         for (name, artifacts) in ctx.inputs() {
             let var = env_name("CWM_IN_", name);
             let joined: Vec<String> = artifacts

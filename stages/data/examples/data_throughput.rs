@@ -1,7 +1,7 @@
 //! parse + tokenize throughput and output sizes on a PGN file.
 //!
 //! ```text
-//! cargo run --release -p cwm-stages-data --example data_throughput -- FILE.pgn [COPIES] [THREADS...]
+//! cargo run --release -p cwm-stage-data --example data_throughput -- FILE.pgn [COPIES] [THREADS...]
 //! ```
 //!
 //! The file is concatenated `COPIES` times (default 20) into a temporary file so the timings
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cwm_stage::Progress;
-use cwm_stages_data::{
+use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, export_jsonl, process_pgn,
     tokenize_games,
 };

@@ -17,7 +17,7 @@
 //!   ([`DataError`]) are for files, formats, the network and cancellation.
 //!
 //! ```no_run
-//! use cwm_stages_data::{OutputFormat, ProcessOptions, process_pgn};
+//! use cwm_stage_data::{OutputFormat, ProcessOptions, process_pgn};
 //!
 //! let report = process_pgn(&ProcessOptions {
 //!     pgn: "games.pgn.zst".into(),
@@ -26,7 +26,7 @@
 //!     ..ProcessOptions::default()
 //! })?;
 //! println!("{} kept, {} rejected", report.kept, report.rejected);
-//! # Ok::<(), cwm_stages_data::DataError>(())
+//! # Ok::<(), cwm_stage_data::DataError>(())
 //! ```
 #![deny(missing_docs)]
 
@@ -54,6 +54,45 @@ pub use split::SplitStage;
 pub use tokenize::{TokenizeOptions, TokenizeStage, tokenize_games};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
+
+/// The files of this crate that read tokenized shards ([`ShardReader`]).
+const SHARD_READER_FILES: &[&str] = &[
+    "Cargo.toml",
+    "src/lib.rs",
+    "src/error.rs",
+    "src/shards.rs",
+    "src/games.rs",
+];
+
+/// The files of this crate that read tokenized shards or the reference's JSONL ([`jsonl`],
+/// which replays moves with `tokenize`'s code and uses `parse`'s thread pool).
+const SHARD_OR_JSONL_READER_FILES: &[&str] = &[
+    "Cargo.toml",
+    "src/lib.rs",
+    "src/error.rs",
+    "src/shards.rs",
+    "src/games.rs",
+    "src/jsonl.rs",
+    "src/parse.rs",
+    "src/tokenize.rs",
+];
+
+/// The code fingerprint of reading tokenized shards, for stage kinds of other crates that do
+/// (`train`): it covers those files only, so editing `download` invalidates no training.
+pub fn shard_reader_fingerprint() -> String {
+    cwm_stage::combine_fingerprints(&[
+        &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, SHARD_READER_FILES),
+        cwm_chess::SOURCE_FINGERPRINT,
+    ])
+}
+
+/// The code fingerprint of reading tokenized shards or reference JSONL (`evaluate`).
+pub fn shard_or_jsonl_reader_fingerprint() -> String {
+    cwm_stage::combine_fingerprints(&[
+        &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, SHARD_OR_JSONL_READER_FILES),
+        cwm_chess::SOURCE_FINGERPRINT,
+    ])
+}
 
 /// Every stage kind of this crate.
 pub fn stage_kinds() -> Vec<Box<dyn StageKind>> {
@@ -180,5 +219,25 @@ mod fingerprint_tests {
         for kind in stage_kinds() {
             assert!(!kind.fingerprint().contains("=missing"), "{}", kind.name());
         }
+    }
+
+    /// Train and evaluate read shards: editing `download` or `split` must not invalidate them.
+    #[test]
+    fn shard_readers_fingerprint_only_the_reading_code() {
+        for fingerprint in [
+            shard_reader_fingerprint(),
+            shard_or_jsonl_reader_fingerprint(),
+        ] {
+            assert!(fingerprint.contains("src/shards.rs="), "{fingerprint}");
+            assert!(!fingerprint.contains("src/download.rs="), "{fingerprint}");
+            assert!(!fingerprint.contains("src/split.rs="), "{fingerprint}");
+            assert!(
+                !fingerprint.contains("src/random_uniform.rs="),
+                "{fingerprint}"
+            );
+            assert!(!fingerprint.contains("=missing"), "{fingerprint}");
+        }
+        assert!(!shard_reader_fingerprint().contains("src/jsonl.rs="));
+        assert!(shard_or_jsonl_reader_fingerprint().contains("src/jsonl.rs="));
     }
 }

@@ -288,6 +288,85 @@ pub fn record_of(id: String, game: &KeptGame) -> GameRecord {
     }
 }
 
+/// What the PGN reader thread sends: a chunk of raw games, or the read error that ends the
+/// file.
+type RawChunk = Result<Vec<RawGame>, std::io::Error>;
+
+/// Reads the games of `reader` and sends them to `tx` in chunks of [`CHUNK_GAMES`]; stops
+/// after sending a read error, or when the receiver is gone.
+fn send_chunks(reader: impl Read, tx: mpsc::SyncSender<RawChunk>) {
+    let mut chunk = Vec::with_capacity(CHUNK_GAMES);
+    for raw in PgnGames::new(reader) {
+        match raw {
+            Ok(raw) => {
+                chunk.push(raw);
+                if chunk.len() == CHUNK_GAMES {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_GAMES));
+                    if tx.send(Ok(full)).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+    if !chunk.is_empty() {
+        let _ = tx.send(Ok(chunk));
+    }
+}
+
+/// Replays a chunk of games on `pool`, each kept game with its id; the results are in the
+/// chunk's order.
+fn replay_chunk(
+    chunk: Vec<RawGame>,
+    config: &ReplayConfig,
+    ids: &RealGameIds,
+    pool: &rayon::ThreadPool,
+) -> Vec<Result<(String, KeptGame), Rejection>> {
+    pool.install(|| {
+        chunk
+            .into_par_iter()
+            .map(|raw| {
+                replay_game(raw, config).map(|game| {
+                    let id = ids.id(game.headers.site.as_deref().unwrap_or_default());
+                    (id, game)
+                })
+            })
+            .collect()
+    })
+}
+
+impl ParseReport {
+    /// Counts a replayed chunk and hands its kept games to `sink`, in order. Returns whether
+    /// `max_games` (when non-zero) games are now kept; the rest of the chunk is then dropped
+    /// uncounted.
+    fn hand_over(
+        &mut self,
+        replayed: Vec<Result<(String, KeptGame), Rejection>>,
+        max_games: u64,
+        sink: &mut dyn FnMut(String, KeptGame) -> Result<(), DataError>,
+    ) -> Result<bool, DataError> {
+        for outcome in replayed {
+            self.games_read += 1;
+            match outcome {
+                Ok((id, game)) => {
+                    sink(id, game)?;
+                    self.kept += 1;
+                    if max_games > 0 && self.kept >= max_games {
+                        self.stopped_at_max_games = true;
+                        return Ok(true);
+                    }
+                }
+                Err(rejection) => self.reject(&rejection),
+            }
+        }
+        Ok(false)
+    }
+}
+
 /// Parses the PGN file at `path`, handing every kept game (with its id) to `sink` in file
 /// order; the games carry state labels only if `options.states`. `progress` gets the file size as total and the bytes read as they go; `cancelled` is
 /// polled between chunks.
@@ -322,45 +401,9 @@ pub fn parse_pgn_file(
     let mut reported_bytes = 0u64;
 
     std::thread::scope(|scope| -> Result<(), DataError> {
-        let (tx, rx) = mpsc::sync_channel::<Result<Vec<RawGame>, std::io::Error>>(4);
-        scope.spawn(move || {
-            let mut chunk = Vec::with_capacity(CHUNK_GAMES);
-            for raw in PgnGames::new(reader) {
-                match raw {
-                    Ok(raw) => {
-                        chunk.push(raw);
-                        if chunk.len() == CHUNK_GAMES {
-                            let full =
-                                std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_GAMES));
-                            if tx.send(Ok(full)).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                }
-            }
-            if !chunk.is_empty() {
-                let _ = tx.send(Ok(chunk));
-            }
-        });
+        let (tx, rx) = mpsc::sync_channel::<RawChunk>(4);
+        scope.spawn(move || send_chunks(reader, tx));
         let (config, ids, pool) = (&config, &ids, &pool);
-        let replay = move |chunk: Vec<RawGame>| -> Vec<Result<(String, KeptGame), Rejection>> {
-            pool.install(|| {
-                chunk
-                    .into_par_iter()
-                    .map(|raw| {
-                        replay_game(raw, config).map(|game| {
-                            let id = ids.id(game.headers.site.as_deref().unwrap_or_default());
-                            (id, game)
-                        })
-                    })
-                    .collect()
-            })
-        };
         // While the sink writes one chunk's games (Parquet encoding and compression, on this
         // thread), the pool replays the next one.
         let mut chunks = rx.into_iter();
@@ -373,7 +416,9 @@ pub fn parse_pgn_file(
                 return Err(DataError::Cancelled);
             }
             let chunk = chunk.map_err(|e| DataError::io(path, e))?;
-            Ok(Some(scope.spawn(move || replay(chunk))))
+            Ok(Some(
+                scope.spawn(move || replay_chunk(chunk, config, ids, pool)),
+            ))
         };
         let mut replaying = start_next()?;
         while let Some(current) = replaying {
@@ -381,19 +426,8 @@ pub fn parse_pgn_file(
             let replayed = current.join().map_err(|_| {
                 DataError::Invalid(format!("{}: a replay thread panicked", path.display()))
             })?;
-            for outcome in replayed {
-                report.games_read += 1;
-                match outcome {
-                    Ok((id, game)) => {
-                        sink(id, game)?;
-                        report.kept += 1;
-                        if options.max_games > 0 && report.kept >= options.max_games {
-                            report.stopped_at_max_games = true;
-                            return Ok(());
-                        }
-                    }
-                    Err(rejection) => report.reject(&rejection),
-                }
+            if report.hand_over(replayed, options.max_games, sink)? {
+                return Ok(());
             }
             let bytes = count.load(Ordering::Relaxed);
             progress.inc(bytes.saturating_sub(reported_bytes));

@@ -61,8 +61,7 @@ pub const SHARD_ROW_GROUP_GAMES: usize = 1024;
 pub const DEFAULT_SHARD_GAMES: u64 = 100_000;
 
 /// The compression of the `states` column, most of a shard's bytes: zstd level 1 (zstd's and
-/// parquet's default). Measured against level 3 on 20 copies of `lichess_db_1000k`: 636
-/// instead of 659 bytes per game, and the tokenize stage 484 ms instead of 572 ms.
+/// parquet's default), smaller and faster here than level 3 (docs/perf.md has the figures).
 fn states_compression() -> Compression {
     Compression::ZSTD(ZstdLevel::default())
 }

@@ -1,4 +1,5 @@
-//! The data stages' library functions on `../shared/data` (skipped with a message when absent):
+//! The data stages' library functions on `../shared/data` (when absent: a failure under CI, a
+//! loud skip elsewhere; see `require`):
 //! tokenized labels equal `cwm_chess`'s SAN replay, and the reference random games come out of
 //! `export_jsonl` byte for byte.
 
@@ -9,20 +10,31 @@ use arrow::datatypes::UInt16Type;
 use cwm_chess::encode::EpConvention;
 use cwm_chess::replay::{PgnGames, ReplayConfig, replay_game};
 use cwm_stage::Progress;
-use cwm_stages_data::{
+use cwm_stage_data::{
     OutputFormat, ParseOptions, ProcessOptions, RandomUniformOptions, TokenizeOptions,
     export_jsonl, generate_random_uniform, import_jsonl, process_pgn, tokenize_games,
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+/// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what is
+/// missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
+/// checked nothing, and elsewhere prints a loud `SKIPPED` line and returns `false`.
+fn require(what: &str, available: bool) -> bool {
+    if !available {
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
+            panic!("{test}: {what} is missing; CI is set, so the test fails instead of skipping");
+        }
+        eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
+    }
+    available
+}
+
+/// `../shared/data` beside the repository, or `None` when absent (see [`require`]).
 fn shared_data() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
-    }
+    let what = format!("{} (the shared data beside the repository)", dir.display());
+    require(&what, dir.is_dir()).then_some(dir)
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -94,7 +106,7 @@ fn tokenized_labels_equal_the_san_replay_on_every_real_game() {
             out_dir: games_dir.clone(),
             format: OutputFormat::Parquet,
             threads: 2,
-            id_key: cwm_stages_data::IdKeySource::None,
+            id_key: cwm_stage_data::IdKeySource::None,
             ..ProcessOptions::default()
         })
         .unwrap();
@@ -138,7 +150,7 @@ fn jsonl_output_of_process_matches_the_export_of_the_table() {
     let common = ProcessOptions {
         pgn,
         threads: 2,
-        id_key: cwm_stages_data::IdKeySource::Param("test key".into()),
+        id_key: cwm_stage_data::IdKeySource::Param("test key".into()),
         ..ProcessOptions::default()
     };
     process_pgn(&ProcessOptions {

@@ -51,7 +51,7 @@ pub enum EvalError {
     },
     /// The evaluation data could not be read.
     #[error(transparent)]
-    Data(#[from] cwm_stages_data::DataError),
+    Data(#[from] cwm_stage_data::DataError),
     /// The query engine failed.
     #[error("query over {path}: {message}")]
     Query {

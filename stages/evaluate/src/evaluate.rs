@@ -30,7 +30,7 @@ use cwm_stage::{
     InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
     StageError, StageKind, Threads,
 };
-use cwm_stages_data::{ShardReader, TokenizedGame};
+use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde::{Deserialize, Serialize};
 
 use crate::EvalError;
@@ -175,7 +175,7 @@ impl GameSource {
             });
         }
         if path.is_dir() {
-            let files = cwm_stages_data::jsonl::jsonl_shards(path)?;
+            let files = cwm_stage_data::jsonl::jsonl_shards(path)?;
             if !files.is_empty() {
                 return Ok(GameSource::Jsonl {
                     files: files.into_iter(),
@@ -192,7 +192,7 @@ impl GameSource {
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("jsonl"))
             || (path.is_dir()
-                && cwm_stages_data::jsonl::jsonl_shards(path).is_ok_and(|f| !f.is_empty()));
+                && cwm_stage_data::jsonl::jsonl_shards(path).is_ok_and(|f| !f.is_empty()));
         if is_jsonl {
             None
         } else {
@@ -327,9 +327,58 @@ pub fn evaluate_batch(
             loss_denom: 0.0,
         });
     }
+    let (moves, targets) = padded_inputs(games, &lengths, seq_len)?;
+    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq_len]), device);
+    let targets =
+        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq_len, N_LABELS]), device);
+    let logits = model.logits(moves);
+    let model_err = |e| EvalError::model("evaluation batch", e);
+    let per_step = step_cross_entropy(logits.clone(), targets.clone())
+        .map_err(model_err)?
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .map_err(|e| EvalError::Invalid(format!("cannot read back the loss: {e:?}")))?;
+    let correct = read_i64(
+        correct_counts(logits.clone(), targets.clone()).map_err(model_err)?,
+        "correct counts",
+    )?;
+    let hits = GroupHits::count(&logits, &targets, batch, seq_len)?;
+    let mut loss_sum = 0.0f64;
+    let mut rows = Vec::with_capacity(batch);
+    let mut steps = Vec::with_capacity(batch);
+    for (b, (game, &len)) in games.iter().zip(&lengths).enumerate() {
+        let valid = b * seq_len..b * seq_len + len;
+        let game_steps = hits.game_steps(game, valid.clone(), &correct, &per_step)?;
+        for &loss in &per_step[valid] {
+            loss_sum += f64::from(loss);
+        }
+        rows.push(game_row(game, &game_steps));
+        steps.push(game_steps);
+    }
+    let valid: usize = lengths.iter().sum();
+    Ok(BatchResult {
+        games: rows,
+        steps,
+        correct,
+        seq_len,
+        lengths,
+        loss_sum,
+        loss_denom: (valid * N_LABELS) as f64,
+    })
+}
+
+/// The batch's move ids `[games, seq_len]` and labels `[games, seq_len, 75]`, each game's first
+/// `lengths[b]` steps filled in and the rest padded (`PAD`, label 0).
+fn padded_inputs(
+    games: &[TokenizedGame],
+    lengths: &[usize],
+    seq_len: usize,
+) -> Result<(Vec<i64>, Vec<i64>), EvalError> {
+    let batch = games.len();
     let mut moves = vec![PAD_TOKEN; batch * seq_len];
     let mut targets = vec![0i64; batch * seq_len * N_LABELS];
-    for (b, (game, &len)) in games.iter().zip(&lengths).enumerate() {
+    for (b, (game, &len)) in games.iter().zip(lengths).enumerate() {
         if game.states.len() != game.moves.len() * N_LABELS {
             return Err(EvalError::Invalid(format!(
                 "game {:?}: {} moves but {} label bytes",
@@ -352,97 +401,122 @@ pub fn evaluate_batch(
             *slot = i64::from(label);
         }
     }
-    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq_len]), device);
-    let targets =
-        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq_len, N_LABELS]), device);
-    let logits = model.logits(moves);
-    let model_err = |e| EvalError::model("evaluation batch", e);
-    let per_step = step_cross_entropy(logits.clone(), targets.clone())
-        .map_err(model_err)?
-        .into_data()
-        .convert::<f32>()
-        .try_to_vec::<f32>()
-        .map_err(|e| EvalError::Invalid(format!("cannot read back the loss: {e:?}")))?;
-    let correct = read_i64(
-        correct_counts(logits.clone(), targets.clone()).map_err(model_err)?,
-        "correct counts",
-    )?;
-    // Correct labels per output group, in LABEL_GROUPS order.
-    let mut group_hits: Vec<Vec<i64>> = Vec::with_capacity(LABEL_GROUPS.len());
-    for group in LABEL_GROUPS {
-        let predicted = logits
-            .clone()
-            .narrow(2, group.logit_offset, group.n_logits())
-            .reshape([batch, seq_len, group.n_labels, group.n_classes])
-            .argmax(3)
-            .reshape([batch, seq_len, group.n_labels]);
-        let hits = predicted
-            .equal(targets.clone().narrow(2, group.first_label, group.n_labels))
-            .int()
-            .sum_dim(2)
-            .reshape([batch, seq_len]);
-        group_hits.push(read_i64(hits, group.name)?);
+    Ok((moves, targets))
+}
+
+/// Correct labels per output group at each step of a padded batch, row-major
+/// `[games, seq_len]`.
+struct GroupHits {
+    pieces: Vec<i64>,
+    side: Vec<i64>,
+    castle: Vec<i64>,
+    ep_file: Vec<i64>,
+    ep_rank: Vec<i64>,
+    halfmove: Vec<i64>,
+    fullmove: Vec<i64>,
+}
+
+impl GroupHits {
+    /// Counts the hits of each of [`LABEL_GROUPS`] from the batch's logits and targets.
+    fn count(
+        logits: &Tensor<3>,
+        targets: &Tensor<3, Int>,
+        batch: usize,
+        seq_len: usize,
+    ) -> Result<GroupHits, EvalError> {
+        let mut group_hits: Vec<Vec<i64>> = Vec::with_capacity(LABEL_GROUPS.len());
+        for group in LABEL_GROUPS {
+            let predicted = logits
+                .clone()
+                .narrow(2, group.logit_offset, group.n_logits())
+                .reshape([batch, seq_len, group.n_labels, group.n_classes])
+                .argmax(3)
+                .reshape([batch, seq_len, group.n_labels]);
+            let hits = predicted
+                .equal(targets.clone().narrow(2, group.first_label, group.n_labels))
+                .int()
+                .sum_dim(2)
+                .reshape([batch, seq_len]);
+            group_hits.push(read_i64(hits, group.name)?);
+        }
+        let Ok([pieces, side, castle, ep_file, ep_rank, halfmove, fullmove]) =
+            <[Vec<i64>; 7]>::try_from(group_hits)
+        else {
+            return Err(EvalError::Invalid("expected seven label groups".into()));
+        };
+        Ok(GroupHits {
+            pieces,
+            side,
+            castle,
+            ep_file,
+            ep_rank,
+            halfmove,
+            fullmove,
+        })
     }
-    let [pieces, side, castle, ep_file, ep_rank, halfmove, fullmove] = &group_hits[..] else {
-        return Err(EvalError::Invalid("expected seven label groups".into()));
-    };
-    let mut loss_sum = 0.0f64;
-    let mut rows = Vec::with_capacity(batch);
-    let mut steps = Vec::with_capacity(batch);
-    for (b, (game, &len)) in games.iter().zip(&lengths).enumerate() {
-        let mut game_steps = Vec::with_capacity(len);
-        for t in 0..len {
-            let i = b * seq_len + t;
-            let step = StepRow {
-                t: t as u32,
-                n_correct: correct[i] as u8,
-                board: pieces[i] as u8,
-                side: side[i] == 1,
-                castling: castle[i] as u8,
-                en_passant: (ep_file[i] + ep_rank[i]) as u8,
-                halfmove: halfmove[i] as u8,
-                fullmove: fullmove[i] as u8,
-                loss: per_step[i] / N_LABELS as f32,
-            };
-            let by_group = pieces[i]
-                + side[i]
-                + castle[i]
-                + ep_file[i]
-                + ep_rank[i]
-                + halfmove[i]
-                + fullmove[i];
+
+    /// Correct labels over all groups at step `i`.
+    fn total(&self, i: usize) -> i64 {
+        self.pieces[i]
+            + self.side[i]
+            + self.castle[i]
+            + self.ep_file[i]
+            + self.ep_rank[i]
+            + self.halfmove[i]
+            + self.fullmove[i]
+    }
+
+    /// The rows of `game`'s steps, at `valid` in the padded batch, with `correct` and
+    /// `per_step` the batch's total correct counts and losses; the groups must add up to the
+    /// total.
+    fn game_steps(
+        &self,
+        game: &TokenizedGame,
+        valid: std::ops::Range<usize>,
+        correct: &[i64],
+        per_step: &[f32],
+    ) -> Result<Vec<StepRow>, EvalError> {
+        let first = valid.start;
+        let mut game_steps = Vec::with_capacity(valid.len());
+        for i in valid {
+            let t = i - first;
+            let by_group = self.total(i);
             if by_group != correct[i] {
                 return Err(EvalError::Invalid(format!(
                     "game {:?} step {t}: label groups count {by_group} correct, the total {}",
                     game.id, correct[i]
                 )));
             }
-            loss_sum += f64::from(per_step[i]);
-            game_steps.push(step);
+            game_steps.push(StepRow {
+                t: t as u32,
+                n_correct: correct[i] as u8,
+                board: self.pieces[i] as u8,
+                side: self.side[i] == 1,
+                castling: self.castle[i] as u8,
+                en_passant: (self.ep_file[i] + self.ep_rank[i]) as u8,
+                halfmove: self.halfmove[i] as u8,
+                fullmove: self.fullmove[i] as u8,
+                loss: per_step[i] / N_LABELS as f32,
+            });
         }
-        let exact_steps = game_steps
-            .iter()
-            .filter(|s| usize::from(s.n_correct) == N_LABELS)
-            .count() as u32;
-        rows.push(GameRow {
-            game_id: game.id.clone(),
-            plies: game.plies() as u32,
-            steps: len as u32,
-            exact_steps,
-            all_exact: exact_steps as usize == len,
-        });
-        steps.push(game_steps);
+        Ok(game_steps)
     }
-    let valid: usize = lengths.iter().sum();
-    Ok(BatchResult {
-        games: rows,
-        steps,
-        correct,
-        seq_len,
-        lengths,
-        loss_sum,
-        loss_denom: (valid * N_LABELS) as f64,
-    })
+}
+
+/// The `games.parquet` row of `game`, from the rows of its evaluated steps.
+fn game_row(game: &TokenizedGame, steps: &[StepRow]) -> GameRow {
+    let len = steps.len();
+    let exact_steps = steps
+        .iter()
+        .filter(|s| usize::from(s.n_correct) == N_LABELS)
+        .count() as u32;
+    GameRow {
+        game_id: game.id.clone(),
+        plies: game.plies() as u32,
+        steps: len as u32,
+        exact_steps,
+        all_exact: exact_steps as usize == len,
+    }
 }
 
 /// Evaluates the checkpoint at `model_path` (a checkpoint directory or a `train` artifact) on
@@ -635,7 +709,7 @@ impl StageKind for EvaluateStage {
                 ],
             ),
             cwm_models::SOURCE_FINGERPRINT,
-            cwm_stages_data::SOURCE_FINGERPRINT,
+            &cwm_stage_data::shard_or_jsonl_reader_fingerprint(),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
     }

@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 
 use cwm_models::{Family, Size};
 use plotters::coord::Shift;
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::ReportError;
@@ -215,6 +217,15 @@ fn millions(x: f64) -> String {
     format!("{text}M")
 }
 
+/// A panel's chart: log-scaled parameter counts (with explicit ticks) against one metric.
+type Panel<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<WithKeyPoints<LogCoord<f64>>, RangedCoordf64>>;
+
+fn drawing_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> String {
+    e.to_string()
+}
+
+/// Draws `spec` on `root`: the loss panel on the left, the ExactState panel on the right.
 fn draw_figure<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &FigureSpec,
@@ -222,95 +233,21 @@ fn draw_figure<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let titled = root.titled(&spec.title, ("sans-serif", 22)).map_err(err)?;
+    root.fill(&WHITE).map_err(drawing_error)?;
+    let titled = root
+        .titled(&spec.title, ("sans-serif", 22))
+        .map_err(drawing_error)?;
     let (width, _) = titled.dim_in_pixel();
     let (left, right) = titled.split_horizontally(width / 2);
-    let (xmin, xmax) = spec
-        .points
-        .iter()
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), p| {
-            (lo.min(p.params as f64), hi.max(p.params as f64))
-        });
-    let (xmin, xmax) = if xmin.is_finite() && xmin > 0.0 {
-        (xmin * 0.8, xmax * 1.25)
-    } else {
-        (1e6, 1e8)
-    };
+    let x_range = parameter_range(&spec.points);
     let mut families: Vec<Family> = spec.points.iter().map(|p| p.family).collect();
     families.sort();
     families.dedup();
     for (area, metric) in [(&left, Metric::Loss), (&right, Metric::ExactState)] {
-        let values: Vec<f64> = spec.points.iter().map(|p| metric.value(p)).collect();
-        let (ymin, ymax) = padded(
-            values.iter().copied().fold(f64::INFINITY, f64::min),
-            values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        );
-        let decimals = axis_decimals(ymin, ymax);
-        let mut chart = ChartBuilder::on(area)
-            .margin(12)
-            .x_label_area_size(50)
-            .y_label_area_size(70)
-            .build_cartesian_2d(
-                (xmin..xmax)
-                    .log_scale()
-                    .with_key_points(parameter_ticks(xmin, xmax)),
-                ymin..ymax,
-            )
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("Parameters")
-            .y_desc(metric.label())
-            .x_label_formatter(&|x| millions(*x))
-            .y_label_formatter(&|y| format!("{y:.decimals$}"))
-            .label_style(("sans-serif", 14))
-            .axis_desc_style(("sans-serif", 16))
-            .draw()
-            .map_err(err)?;
-        for &family in &families {
-            let color = family_color(family);
-            let mut pts: Vec<(f64, f64)> = spec
-                .points
-                .iter()
-                .filter(|p| p.family == family)
-                .map(|p| (p.params as f64, metric.value(p)))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            if spec.arrows.is_empty() {
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                    .map_err(err)?
-                    .label(family_label(family))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
-                chart
-                    .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                    .map_err(err)?;
-            } else {
-                chart
-                    .draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
-                    .map_err(err)?
-                    .label(family_label(family))
-                    .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
-            }
-        }
+        let mut chart = draw_panel_axes(area, spec, metric, x_range)?;
+        draw_families(&mut chart, spec, metric, &families)?;
         if spec.frontier {
-            let all: Vec<(f64, f64)> = spec
-                .points
-                .iter()
-                .map(|p| (p.params as f64, metric.value(p)))
-                .collect();
-            let front = pareto_frontier(&all, matches!(metric, Metric::Loss));
-            chart
-                .draw_series(DashedLineSeries::new(front, 8, 5, BLACK.stroke_width(2)))
-                .map_err(err)?
-                .label("Pareto frontier")
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2))
-                });
+            draw_frontier(&mut chart, spec, metric)?;
         }
         for &(from, to) in &spec.arrows {
             let (Some(a), Some(b)) = (spec.points.get(from), spec.points.get(to)) else {
@@ -318,22 +255,151 @@ where
             };
             let start = chart.backend_coord(&(a.params as f64, metric.value(a)));
             let end = chart.backend_coord(&(b.params as f64, metric.value(b)));
-            draw_arrow(root, start, end).map_err(err)?;
+            draw_arrow(root, start, end).map_err(drawing_error)?;
         }
-        chart
-            .configure_series_labels()
-            .position(match metric {
-                Metric::Loss => SeriesLabelPosition::UpperRight,
-                Metric::ExactState => SeriesLabelPosition::LowerRight,
-            })
-            .label_font(("sans-serif", 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart, metric)?;
     }
-    root.present().map_err(err)?;
+    root.present().map_err(drawing_error)?;
     Ok(())
+}
+
+/// The parameter axis' range: the points' parameter counts with a margin (1M to 100M when
+/// there is none).
+fn parameter_range(points: &[Point]) -> (f64, f64) {
+    let (xmin, xmax) = points.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), p| {
+        (lo.min(p.params as f64), hi.max(p.params as f64))
+    });
+    if xmin.is_finite() && xmin > 0.0 {
+        (xmin * 0.8, xmax * 1.25)
+    } else {
+        (1e6, 1e8)
+    }
+}
+
+/// The chart of `metric` on `area`, with its axes, ticks and labels drawn.
+fn draw_panel_axes<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    spec: &FigureSpec,
+    metric: Metric,
+    (xmin, xmax): (f64, f64),
+) -> Result<Panel<'a, DB>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let values: Vec<f64> = spec.points.iter().map(|p| metric.value(p)).collect();
+    let (ymin, ymax) = padded(
+        values.iter().copied().fold(f64::INFINITY, f64::min),
+        values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let decimals = axis_decimals(ymin, ymax);
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (xmin..xmax)
+                .log_scale()
+                .with_key_points(parameter_ticks(xmin, xmax)),
+            ymin..ymax,
+        )
+        .map_err(drawing_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("Parameters")
+        .y_desc(metric.label())
+        .x_label_formatter(&|x| millions(*x))
+        .y_label_formatter(&|y| format!("{y:.decimals$}"))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(drawing_error)?;
+    Ok(chart)
+}
+
+/// One series per family: lines and markers (Figure 3), or markers only when the figure has
+/// arrows (Figure 4).
+fn draw_families<DB: DrawingBackend>(
+    chart: &mut Panel<'_, DB>,
+    spec: &FigureSpec,
+    metric: Metric,
+    families: &[Family],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    for &family in families {
+        let color = family_color(family);
+        let mut pts: Vec<(f64, f64)> = spec
+            .points
+            .iter()
+            .filter(|p| p.family == family)
+            .map(|p| (p.params as f64, metric.value(p)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if spec.arrows.is_empty() {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(drawing_error)?
+                .label(family_label(family))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(drawing_error)?;
+        } else {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
+                .map_err(drawing_error)?
+                .label(family_label(family))
+                .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+        }
+    }
+    Ok(())
+}
+
+/// The Pareto frontier over all points (dashed, black).
+fn draw_frontier<DB: DrawingBackend>(
+    chart: &mut Panel<'_, DB>,
+    spec: &FigureSpec,
+    metric: Metric,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let all: Vec<(f64, f64)> = spec
+        .points
+        .iter()
+        .map(|p| (p.params as f64, metric.value(p)))
+        .collect();
+    let front = pareto_frontier(&all, matches!(metric, Metric::Loss));
+    chart
+        .draw_series(DashedLineSeries::new(front, 8, 5, BLACK.stroke_width(2)))
+        .map_err(drawing_error)?
+        .label("Pareto frontier")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    Ok(())
+}
+
+/// The legend, in the corner the panel's curves leave free.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Panel<'a, DB>,
+    metric: Metric,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(match metric {
+            Metric::Loss => SeriesLabelPosition::UpperRight,
+            Metric::ExactState => SeriesLabelPosition::LowerRight,
+        })
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(drawing_error)
 }
 
 /// An arrow from `start` to `end` (pixels), stopping at the edge of the target's marker.

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use burn::prelude::*;
 use cwm_models::{N_LABELS, PAD_TOKEN, valid_mask};
 use cwm_random_uniform::python_random::PyRandom;
-use cwm_stages_data::games::parquet_files;
-use cwm_stages_data::{ShardReader, TokenizedGame};
+use cwm_stage_data::games::parquet_files;
+use cwm_stage_data::{ShardReader, TokenizedGame};
 
 use crate::TrainError;
 

@@ -35,7 +35,7 @@ pub enum TrainError {
     },
     /// Reading the tokenized games failed.
     #[error(transparent)]
-    Data(#[from] cwm_stages_data::DataError),
+    Data(#[from] cwm_stage_data::DataError),
     /// A model operation failed.
     #[error(transparent)]
     Model(#[from] cwm_models::ModelError),

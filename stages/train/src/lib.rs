@@ -11,10 +11,12 @@
 //!
 //! # Resume
 //! The executor runs a stage in a fresh temporary output directory, so the resumable state
-//! lives outside it: `<pipeline dir>/artifacts/partial/train/<instance>-<key>/`, where `<key>`
-//! is a blake3 digest of this kind's code fingerprint, the params (all but `threads`) and the
-//! content hashes of the inputs ([`partial_key`]) — the same ingredients as the stage's cache
-//! key, so a changed param or input never resumes a stale run. Every `checkpoint_every` steps
+//! lives outside it, in the directory the store keeps for the instance's cache key
+//! (`StageContext::partial_dir`, `artifacts/partial/<key>/`): a changed param or input changes
+//! the key and never resumes a stale run, and `cwm gc` removes the state of keys no stale
+//! instance has. The state also records [`partial_key`] (this kind's code fingerprint, the
+//! params but `threads`, the inputs' content hashes) and is ignored when that differs. Every
+//! `checkpoint_every` steps
 //! the state (model, AdamW moments and step counts, scheduler position, epoch, position in the
 //! epoch's data, logged rows) is written there atomically ([`state`]); a run that finds one
 //! logs `resuming from step N` and continues at the exact next batch; the directory is removed
@@ -37,7 +39,7 @@ pub mod state;
 pub mod throughput;
 pub mod train;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cwm_models::{Family, ModelConfig, Rope, Size};
 use cwm_stage::{
@@ -388,27 +390,6 @@ pub fn partial_key(fingerprint: &str, params: &Params, inputs: &[(String, String
     hasher.finalize().to_hex().to_string()
 }
 
-/// The partial-state directory of a run: `<base>/artifacts/partial/train/<instance>-<key>`
-/// (the instance name made file-safe and cut to 64 characters, the key to 32 hex digits).
-pub fn partial_dir(base_dir: &Path, instance: &str, key: &str) -> PathBuf {
-    let safe: String = instance
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    base_dir
-        .join("artifacts")
-        .join("partial")
-        .join("train")
-        .join(format!("{safe}-{}", &key[..key.len().min(32)]))
-}
-
 impl StageKind for TrainStage {
     fn name(&self) -> &'static str {
         "train"
@@ -422,7 +403,7 @@ impl StageKind for TrainStage {
         cwm_stage::combine_fingerprints(&[
             &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, &["Cargo.toml", "src/"]),
             cwm_models::SOURCE_FINGERPRINT,
-            cwm_stages_data::SOURCE_FINGERPRINT,
+            &cwm_stage_data::shard_reader_fingerprint(),
             cwm_random_uniform::SOURCE_FINGERPRINT,
         ])
     }
@@ -480,7 +461,7 @@ impl StageKind for TrainStage {
             train: ctx.input("train")?.to_path_buf(),
             val,
             out: ctx.output("out")?.to_path_buf(),
-            partial: Some(partial_dir(ctx.base_dir(), ctx.instance(), &key)),
+            partial: ctx.partial_dir().map(Path::to_path_buf),
             key,
         };
         let mut extra = Map::new();
@@ -545,6 +526,17 @@ mod tests {
         assert!(!config.adamw().decays("Gdn.backbone.layers.0.attn.a_log"));
     }
 
+    /// Editing the data stages that train does not run (download, split, ...) must not
+    /// invalidate trained models.
+    #[test]
+    fn fingerprint_covers_the_shard_reader_not_the_whole_data_crate() {
+        let fingerprint = TrainStage.fingerprint();
+        assert!(fingerprint.contains("src/shards.rs="), "{fingerprint}");
+        assert!(!fingerprint.contains("src/download.rs="), "{fingerprint}");
+        assert!(!fingerprint.contains("src/parse.rs="), "{fingerprint}");
+        assert!(!fingerprint.contains(cwm_stage_data::SOURCE_FINGERPRINT));
+    }
+
     #[test]
     fn partial_key_ignores_threads_only() {
         let p = params("slice");
@@ -561,9 +553,6 @@ mod tests {
             key
         );
         assert_ne!(partial_key("fp2", &p, &inputs), key);
-        let dir = partial_dir(Path::new("/w"), "train[arch=slice]", &key);
-        assert!(dir.starts_with("/w/artifacts/partial/train"));
-        assert!(dir.to_string_lossy().contains("train_arch_slice_-"));
     }
 
     #[test]

@@ -214,131 +214,14 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
     } else {
         return Ok(None);
     };
-    let bad = |message: String| TrainError::partial(&dir, message);
-    let state_path = dir.join(STATE_FILE);
-    let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("state.json: {e}")))?;
-    if v["format"].as_u64() != Some(FORMAT) {
-        return Err(bad(format!("unknown format {}", v["format"])));
-    }
-    if v["key"].as_str() != Some(key) {
-        return Err(bad(format!("belongs to key {}, not {key}", v["key"])));
-    }
-    let u = |name: &str| -> Result<u64, TrainError> {
-        v[name]
-            .as_u64()
-            .ok_or_else(|| bad(format!("field {name} is missing or not an integer")))
-    };
-    let f = |x: &Value, what: &str| -> Result<f64, TrainError> {
-        x.as_u64()
-            .map(f64::from_bits)
-            .ok_or_else(|| bad(format!("{what} is not a float bit pattern")))
-    };
-    let row = |x: &Value, n: usize, what: &str| -> Result<Vec<Value>, TrainError> {
-        match x.as_array() {
-            Some(items) if items.len() == n => Ok(items.clone()),
-            _ => Err(bad(format!("a {what} row is malformed"))),
-        }
-    };
-    let mut steps = Vec::new();
-    for r in v["steps"]
-        .as_array()
-        .ok_or_else(|| bad("steps missing".into()))?
-    {
-        let r = row(r, 7, "steps")?;
-        steps.push(StepRow {
-            step: r[0].as_u64().ok_or_else(|| bad("steps: step".into()))?,
-            epoch: r[1]
-                .as_u64()
-                .and_then(|e| u32::try_from(e).ok())
-                .ok_or_else(|| bad("steps: epoch".into()))?,
-            loss: f(&r[2], "steps: loss")?,
-            lr: f(&r[3], "steps: lr")?,
-            grad_norm: f(&r[4], "steps: grad_norm")?,
-            tokens_per_s: f(&r[5], "steps: tokens_per_s")?,
-            skipped: r[6].as_bool().ok_or_else(|| bad("steps: skipped".into()))?,
-        });
-    }
-    let mut vals = Vec::new();
-    for r in v["vals"]
-        .as_array()
-        .ok_or_else(|| bad("vals missing".into()))?
-    {
-        let r = row(r, 5, "vals")?;
-        vals.push(ValRow {
-            step: r[0].as_u64().ok_or_else(|| bad("vals: step".into()))?,
-            loss: f(&r[1], "vals: loss")?,
-            labelwise: f(&r[2], "vals: labelwise")?,
-            exact_state: f(&r[3], "vals: exact_state")?,
-            trajectory: f(&r[4], "vals: trajectory")?,
-        });
-    }
-    let position = Position {
-        shard: v["position"]["shard"]
-            .as_u64()
-            .and_then(|s| usize::try_from(s).ok())
-            .ok_or_else(|| bad("position.shard".into()))?,
-        game: v["position"]["game"]
-            .as_u64()
-            .ok_or_else(|| bad("position.game".into()))?,
-    };
-    let progress = RunState {
-        step: u("step")?,
-        opt_steps: u("opt_steps")?,
-        epoch: u("epoch")?,
-        position,
-        epoch_batches: u("epoch_batches")?,
-        skipped: u("skipped")?,
-        rolled_back: u("rolled_back")?,
-        consecutive_bad: u("consecutive_bad")?,
-        tokens: u("tokens")?,
-        train_s: f(&v["train_s"], "train_s")?,
-        last_val_step: u("last_val_step")?,
-        steps,
-        vals,
-    };
+    let state = StateJson::read(&dir, key)?;
+    let progress = state.progress()?;
     let opt_path = dir.join(OPTIMIZER_FILE);
     let mut bytes = Vec::new();
     fs::File::open(&opt_path)
         .and_then(|mut file| file.read_to_end(&mut bytes))
         .map_err(|e| TrainError::io(&opt_path, e))?;
-    let mut moments = Vec::new();
-    let mut offset = 0usize;
-    let floats = |bytes: &[u8]| -> Vec<f32> {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    for e in v["optimizer"]
-        .as_array()
-        .ok_or_else(|| bad("optimizer index missing".into()))?
-    {
-        let path = e["path"]
-            .as_str()
-            .ok_or_else(|| bad("optimizer: path".into()))?;
-        let step = e["step"]
-            .as_u64()
-            .ok_or_else(|| bad("optimizer: step".into()))?;
-        let len = e["len"]
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| bad("optimizer: len".into()))?;
-        let end = offset + 8 * len;
-        if end > bytes.len() {
-            return Err(bad(format!("optimizer.bin is too short for {path}")));
-        }
-        moments.push(ExportedMoments {
-            path: path.to_owned(),
-            step,
-            m: floats(&bytes[offset..offset + 4 * len]),
-            v: floats(&bytes[offset + 4 * len..end]),
-        });
-        offset = end;
-    }
-    if offset != bytes.len() {
-        return Err(bad("optimizer.bin is longer than its index".into()));
-    }
+    let moments = state.moments(&bytes)?;
     let (model, config) = load_model(&dir.join(MODEL_DIR), device)?;
     Ok(Some(Loaded {
         progress,
@@ -346,6 +229,174 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         config,
         moments,
     }))
+}
+
+/// Little-endian f32s.
+fn le_floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The `state.json` of the partial state in `dir`, read back field by field.
+struct StateJson<'a> {
+    dir: &'a Path,
+    v: Value,
+}
+
+impl<'a> StateJson<'a> {
+    /// Reads and parses `dir/state.json`, which must have this format and belong to `key`.
+    fn read(dir: &'a Path, key: &str) -> Result<StateJson<'a>, TrainError> {
+        let state_path = dir.join(STATE_FILE);
+        let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
+        let bad = |message: String| TrainError::partial(dir, message);
+        let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("state.json: {e}")))?;
+        if v["format"].as_u64() != Some(FORMAT) {
+            return Err(bad(format!("unknown format {}", v["format"])));
+        }
+        if v["key"].as_str() != Some(key) {
+            return Err(bad(format!("belongs to key {}, not {key}", v["key"])));
+        }
+        Ok(StateJson { dir, v })
+    }
+
+    fn bad(&self, message: impl Into<String>) -> TrainError {
+        TrainError::partial(self.dir, message)
+    }
+
+    /// The integer field `name`.
+    fn u(&self, name: &str) -> Result<u64, TrainError> {
+        self.v[name]
+            .as_u64()
+            .ok_or_else(|| self.bad(format!("field {name} is missing or not an integer")))
+    }
+
+    /// A float stored as its bit pattern.
+    fn f(&self, x: &Value, what: &str) -> Result<f64, TrainError> {
+        x.as_u64()
+            .map(f64::from_bits)
+            .ok_or_else(|| self.bad(format!("{what} is not a float bit pattern")))
+    }
+
+    /// A logged row: an array of `n` values.
+    fn row<'v>(&self, x: &'v Value, n: usize, what: &str) -> Result<&'v [Value], TrainError> {
+        match x.as_array() {
+            Some(items) if items.len() == n => Ok(items),
+            _ => Err(self.bad(format!("a {what} row is malformed"))),
+        }
+    }
+
+    /// The array field `name`, `missing` naming the error when it is absent.
+    fn array(&self, name: &str, missing: &str) -> Result<&[Value], TrainError> {
+        self.v[name]
+            .as_array()
+            .map(Vec::as_slice)
+            .ok_or_else(|| self.bad(missing))
+    }
+
+    fn steps(&self) -> Result<Vec<StepRow>, TrainError> {
+        let mut steps = Vec::new();
+        for r in self.array("steps", "steps missing")? {
+            let r = self.row(r, 7, "steps")?;
+            steps.push(StepRow {
+                step: r[0].as_u64().ok_or_else(|| self.bad("steps: step"))?,
+                epoch: r[1]
+                    .as_u64()
+                    .and_then(|e| u32::try_from(e).ok())
+                    .ok_or_else(|| self.bad("steps: epoch"))?,
+                loss: self.f(&r[2], "steps: loss")?,
+                lr: self.f(&r[3], "steps: lr")?,
+                grad_norm: self.f(&r[4], "steps: grad_norm")?,
+                tokens_per_s: self.f(&r[5], "steps: tokens_per_s")?,
+                skipped: r[6].as_bool().ok_or_else(|| self.bad("steps: skipped"))?,
+            });
+        }
+        Ok(steps)
+    }
+
+    fn vals(&self) -> Result<Vec<ValRow>, TrainError> {
+        let mut vals = Vec::new();
+        for r in self.array("vals", "vals missing")? {
+            let r = self.row(r, 5, "vals")?;
+            vals.push(ValRow {
+                step: r[0].as_u64().ok_or_else(|| self.bad("vals: step"))?,
+                loss: self.f(&r[1], "vals: loss")?,
+                labelwise: self.f(&r[2], "vals: labelwise")?,
+                exact_state: self.f(&r[3], "vals: exact_state")?,
+                trajectory: self.f(&r[4], "vals: trajectory")?,
+            });
+        }
+        Ok(vals)
+    }
+
+    fn position(&self) -> Result<Position, TrainError> {
+        let position = &self.v["position"];
+        Ok(Position {
+            shard: position["shard"]
+                .as_u64()
+                .and_then(|s| usize::try_from(s).ok())
+                .ok_or_else(|| self.bad("position.shard"))?,
+            game: position["game"]
+                .as_u64()
+                .ok_or_else(|| self.bad("position.game"))?,
+        })
+    }
+
+    fn progress(&self) -> Result<RunState, TrainError> {
+        let steps = self.steps()?;
+        let vals = self.vals()?;
+        let position = self.position()?;
+        Ok(RunState {
+            step: self.u("step")?,
+            opt_steps: self.u("opt_steps")?,
+            epoch: self.u("epoch")?,
+            position,
+            epoch_batches: self.u("epoch_batches")?,
+            skipped: self.u("skipped")?,
+            rolled_back: self.u("rolled_back")?,
+            consecutive_bad: self.u("consecutive_bad")?,
+            tokens: self.u("tokens")?,
+            train_s: self.f(&self.v["train_s"], "train_s")?,
+            last_val_step: self.u("last_val_step")?,
+            steps,
+            vals,
+        })
+    }
+
+    /// The optimizer moments in `bytes` (the content of `optimizer.bin`), as the index lists
+    /// them.
+    fn moments(&self, bytes: &[u8]) -> Result<Vec<ExportedMoments>, TrainError> {
+        let mut moments = Vec::new();
+        let mut offset = 0usize;
+        for e in self.array("optimizer", "optimizer index missing")? {
+            let path = e["path"]
+                .as_str()
+                .ok_or_else(|| self.bad("optimizer: path"))?;
+            let step = e["step"]
+                .as_u64()
+                .ok_or_else(|| self.bad("optimizer: step"))?;
+            let len = e["len"]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| self.bad("optimizer: len"))?;
+            let end = offset + 8 * len;
+            if end > bytes.len() {
+                return Err(self.bad(format!("optimizer.bin is too short for {path}")));
+            }
+            moments.push(ExportedMoments {
+                path: path.to_owned(),
+                step,
+                m: le_floats(&bytes[offset..offset + 4 * len]),
+                v: le_floats(&bytes[offset + 4 * len..end]),
+            });
+            offset = end;
+        }
+        if offset != bytes.len() {
+            return Err(self.bad("optimizer.bin is longer than its index"));
+        }
+        Ok(moments)
+    }
 }
 
 /// Removes a partial state and its temporary siblings.

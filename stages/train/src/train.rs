@@ -35,11 +35,11 @@ use burn::prelude::*;
 use cwm_models::{
     Family, Model, ModelConfig, StateMetrics, StateModel, correct_counts, save_model, state_loss,
 };
-use cwm_stages_data::ShardReader;
+use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde_json::{Map, Value, json};
 
 use crate::TrainError;
-use crate::adamw::{AdamW, AdamWConfig, params_finite};
+use crate::adamw::{AdamW, AdamWConfig, StepOutcome, params_finite};
 use crate::data::{Batch, EpochReader, Position, epoch_order, shard_files};
 use crate::output::{
     CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, StepRow, VAL_FILE, ValRow, write_json, write_steps,
@@ -366,8 +366,26 @@ pub fn train(
     device: &Device,
 ) -> Result<RunEnd, TrainError> {
     config.check()?;
-    let started = Instant::now();
-    let shards = shard_files(&paths.train)?;
+    let mut trainer = Trainer::start(config, paths, control, device)?;
+    while !trainer.done() {
+        if (control.cancelled)() {
+            return Err(TrainError::Cancelled);
+        }
+        let games = trainer.reader.next_games(config.batch_size)?;
+        if games.is_empty() {
+            trainer.end_epoch()?;
+            continue;
+        }
+        trainer = trainer.train_batch(&games)?;
+        if control.stop_after == Some(trainer.run.step) {
+            return Ok(RunEnd::Stopped(trainer.run.step));
+        }
+    }
+    trainer.finish()
+}
+
+/// The games of the training set; none is an error.
+fn count_training_games(paths: &TrainPaths) -> Result<u64, TrainError> {
     let n_games = ShardReader::count_games(&paths.train)?;
     if n_games == 0 {
         return Err(TrainError::Config(format!(
@@ -375,251 +393,399 @@ pub fn train(
             paths.train.display()
         )));
     }
-    let batches_per_epoch = n_games.div_ceil(config.batch_size as u64);
-    let total_steps = if config.steps > 0 {
-        config.steps
-    } else {
-        config.epochs * batches_per_epoch
-    };
-    let schedule = Schedule::new(
-        config.schedule,
-        config.warmup_steps,
-        config.decay_steps(total_steps),
-        config.lr_min_ratio,
-    )?;
-    let ad = device.clone().autodiff();
-    let mut optim = AdamW::new(config.adamw());
+    Ok(n_games)
+}
 
+/// The model and counters a run starts from: those of the partial state in `paths.partial`
+/// when it holds one for `paths.key` (its AdamW moments then go into `optim`), else a fresh
+/// model.
+fn resume_or_init(
+    config: &TrainConfig,
+    paths: &TrainPaths,
+    control: &RunControl<'_>,
+    optim: &mut AdamW,
+    ad: &Device,
+) -> Result<(Model, RunState), TrainError> {
     let resumed = match &paths.partial {
-        Some(dir) => state::load(dir, &paths.key, &ad)?,
+        Some(dir) => state::load(dir, &paths.key, ad)?,
         None => None,
     };
-    let (mut model, mut run) = match resumed {
-        Some(loaded) => {
-            if loaded.config != config.model {
-                return Err(TrainError::Partial {
-                    path: paths.partial.clone().unwrap_or_default(),
-                    message: format!(
-                        "model configuration {:?} differs from the run's {:?}",
-                        loaded.config, config.model
-                    ),
-                });
-            }
-            optim.import(loaded.moments, &ad)?;
-            (control.log)(&format!("resuming from step {}", loaded.progress.step));
-            (loaded.model, loaded.progress)
-        }
-        None => (
-            init_model(&config.model, config.seed, &ad)?,
+    let Some(loaded) = resumed else {
+        return Ok((
+            init_model(&config.model, config.seed, ad)?,
             RunState::fresh(),
-        ),
+        ));
     };
-    let n_params = model.num_params();
-    (control.log)(&format!(
-        "{} {}: {n_params} parameters; {n_games} games in {} shards, {batches_per_epoch} batches per epoch, {total_steps} steps",
-        config.model.family,
-        config.model.size,
-        shards.len()
-    ));
-    control.progress.set_total(total_steps);
-    control.progress.inc(run.step);
+    if loaded.config != config.model {
+        return Err(TrainError::Partial {
+            path: paths.partial.clone().unwrap_or_default(),
+            message: format!(
+                "model configuration {:?} differs from the run's {:?}",
+                loaded.config, config.model
+            ),
+        });
+    }
+    optim.import(loaded.moments, ad)?;
+    (control.log)(&format!("resuming from step {}", loaded.progress.step));
+    Ok((loaded.model, loaded.progress))
+}
 
-    let base_s = run.train_s;
-    let mut snapshot = model.clone();
-    let mut good_since_snapshot = 0u64;
-    let mut reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
-    let mut window_tokens = 0u64;
-    let mut window_start = Instant::now();
-    let do_validate = |model: &Model, run: &mut RunState| -> Result<(), TrainError> {
-        if let Some(val) = &paths.val {
-            let metrics = validate(
-                model,
-                val,
-                config.batch_size,
-                config.max_steps,
-                config.val_batches,
-                device,
-            )?;
-            let row = val_row(run.step, &metrics);
-            (control.log)(&format!(
-                "step {}: val loss {:.5}, labelwise {:.5}, exact_state {:.5}, trajectory {:.5}",
-                row.step, row.loss, row.labelwise, row.exact_state, row.trajectory
-            ));
-            run.vals.push(row);
-            run.last_val_step = run.step;
+/// What one batch's optimizer step did.
+struct Update {
+    /// The global gradient norm (NaN when the loss was not finite and nothing ran backward).
+    grad_norm: f64,
+    /// The batch counts as skipped: non-finite loss or gradient norm, or rolled back.
+    skipped: bool,
+    /// The update made a parameter non-finite and the weights were restored.
+    rolled_back: bool,
+}
+
+/// A training run in progress: its settings, the model and optimizer, and the loop's state.
+struct Trainer<'a> {
+    config: &'a TrainConfig,
+    paths: &'a TrainPaths,
+    control: &'a RunControl<'a>,
+    /// The device validation runs on.
+    device: &'a Device,
+    /// The autodiff device training runs on.
+    ad: Device,
+    shards: Vec<PathBuf>,
+    total_steps: u64,
+    n_params: usize,
+    schedule: Schedule,
+    optim: AdamW,
+    model: Model,
+    run: RunState,
+    /// When this process started training.
+    started: Instant,
+    /// Training seconds of earlier, interrupted processes.
+    base_s: f64,
+    /// The weights a non-finite update rolls back to (spec D.1 step 7).
+    snapshot: Model,
+    good_since_snapshot: u64,
+    reader: EpochReader,
+    /// Tokens and start of the throughput window of the next logged row.
+    window_tokens: u64,
+    window_start: Instant,
+}
+
+impl<'a> Trainer<'a> {
+    /// Counts the data, sets up the schedule and optimizer, resumes or initialises the model,
+    /// and reports the run's size.
+    fn start(
+        config: &'a TrainConfig,
+        paths: &'a TrainPaths,
+        control: &'a RunControl<'a>,
+        device: &'a Device,
+    ) -> Result<Trainer<'a>, TrainError> {
+        let started = Instant::now();
+        let shards = shard_files(&paths.train)?;
+        let n_games = count_training_games(paths)?;
+        let batches_per_epoch = n_games.div_ceil(config.batch_size as u64);
+        let total_steps = if config.steps > 0 {
+            config.steps
+        } else {
+            config.epochs * batches_per_epoch
+        };
+        let schedule = Schedule::new(
+            config.schedule,
+            config.warmup_steps,
+            config.decay_steps(total_steps),
+            config.lr_min_ratio,
+        )?;
+        let ad = device.clone().autodiff();
+        let mut optim = AdamW::new(config.adamw());
+        let (model, run) = resume_or_init(config, paths, control, &mut optim, &ad)?;
+        let n_params = model.num_params();
+        (control.log)(&format!(
+            "{} {}: {n_params} parameters; {n_games} games in {} shards, {batches_per_epoch} batches per epoch, {total_steps} steps",
+            config.model.family,
+            config.model.size,
+            shards.len()
+        ));
+        control.progress.set_total(total_steps);
+        control.progress.inc(run.step);
+        let reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
+        Ok(Trainer {
+            config,
+            paths,
+            control,
+            device,
+            ad,
+            shards,
+            total_steps,
+            n_params,
+            schedule,
+            optim,
+            snapshot: model.clone(),
+            model,
+            base_s: run.train_s,
+            run,
+            started,
+            good_since_snapshot: 0,
+            reader,
+            window_tokens: 0,
+            window_start: Instant::now(),
+        })
+    }
+
+    /// Whether the run has done its steps (or, with `steps = 0`, its epochs).
+    fn done(&self) -> bool {
+        if self.config.steps > 0 {
+            self.run.step >= self.config.steps
+        } else {
+            self.run.epoch >= self.config.epochs
+        }
+    }
+
+    /// Closes the current epoch (validating when `val_every > 0`, unless it just did) and opens
+    /// the next.
+    fn end_epoch(&mut self) -> Result<(), TrainError> {
+        if self.run.epoch_batches == 0 {
+            return Err(TrainError::Config(format!(
+                "{}: epoch {} yielded no batch",
+                self.paths.train.display(),
+                self.run.epoch
+            )));
+        }
+        if self.config.val_every > 0 && self.run.last_val_step != self.run.step {
+            self.validate_now()?;
+        }
+        let run = &mut self.run;
+        run.epoch += 1;
+        run.position = Position::default();
+        run.epoch_batches = 0;
+        self.reader = EpochReader::new(
+            epoch_order(&self.shards, self.config.seed, run.epoch),
+            run.position,
+        );
+        Ok(())
+    }
+
+    /// One step on `games` (spec D.1 steps 2 to 8). Takes the trainer by value because the
+    /// optimizer consumes the model and returns the updated one.
+    fn train_batch(mut self, games: &[TokenizedGame]) -> Result<Self, TrainError> {
+        self.run.step += 1;
+        self.run.epoch_batches += 1;
+        let batch = Batch::collate(games, self.config.max_steps);
+        let lr = self.config.lr * self.schedule.multiplier(self.run.opt_steps);
+        let loss = self.forward(&batch)?;
+        let loss_value = scalar(loss.clone().detach())?;
+        let update = if loss_value.is_finite() {
+            let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+            let (next, outcome) = self.optim.step(self.model, &grads, lr)?;
+            self.model = next;
+            self.check_update(outcome)?
+        } else {
+            Update {
+                grad_norm: f64::NAN,
+                skipped: true,
+                rolled_back: false,
+            }
+        };
+        self.count_update(&update, loss_value)?;
+        self.run.tokens += batch.tokens();
+        self.window_tokens += batch.tokens();
+        self.run.position = self.reader.position();
+        let log_every = self.config.log_every;
+        if update.skipped || (log_every > 0 && self.run.step.is_multiple_of(log_every)) {
+            self.log_step(loss_value, lr, &update);
+        }
+        self.control.progress.inc(1);
+        let val_every = self.config.val_every;
+        if val_every > 0 && self.run.step.is_multiple_of(val_every) {
+            self.validate_now()?;
+        }
+        self.checkpoint_if_due()?;
+        Ok(self)
+    }
+
+    /// The loss of `batch`, with the backend reseeded from `(seed, step)` so that the dropout
+    /// masks depend on the step only.
+    fn forward(&self, batch: &Batch) -> Result<Tensor<1>, TrainError> {
+        let (moves, targets, mask) = batch.tensors(&self.ad)?;
+        let _guard = lock_rng();
+        self.ad.seed(step_seed(self.config.seed, self.run.step));
+        Ok(self.model.state_loss(moves, targets, mask)?.loss)
+    }
+
+    /// After an optimizer step: advances the schedule when the update happened, and restores
+    /// the snapshot when it made a parameter non-finite.
+    fn check_update(&mut self, outcome: StepOutcome) -> Result<Update, TrainError> {
+        let mut rolled_back = false;
+        if outcome.applied {
+            // The update happened and the schedule moves on, even if it is rolled back.
+            self.run.opt_steps += 1;
+            if !params_finite(&self.model)? {
+                self.model = self.snapshot.clone();
+                rolled_back = true;
+                self.run.rolled_back += 1;
+            }
+        }
+        Ok(Update {
+            grad_norm: outcome.grad_norm,
+            skipped: !outcome.applied || rolled_back,
+            rolled_back,
+        })
+    }
+
+    /// Counts a skipped batch (aborting after [`MAX_CONSECUTIVE_BAD`] in a row), or a good one
+    /// (taking a new snapshot every [`NAN_SNAPSHOT_EVERY`]).
+    fn count_update(&mut self, update: &Update, loss_value: f64) -> Result<(), TrainError> {
+        let run = &mut self.run;
+        if !update.skipped {
+            run.consecutive_bad = 0;
+            self.good_since_snapshot += 1;
+            if self.good_since_snapshot >= NAN_SNAPSHOT_EVERY {
+                self.snapshot = self.model.clone();
+                self.good_since_snapshot = 0;
+            }
+            return Ok(());
+        }
+        run.skipped += 1;
+        run.consecutive_bad += 1;
+        let what = if update.rolled_back {
+            "a parameter became non-finite; weights restored from the last snapshot"
+        } else {
+            "no update"
+        };
+        (self.control.log)(&format!(
+            "step {}: skipped (loss {loss_value}, grad norm {}): {what}",
+            run.step, update.grad_norm
+        ));
+        if run.consecutive_bad >= MAX_CONSECUTIVE_BAD {
+            return Err(TrainError::Failed(format!(
+                "{MAX_CONSECUTIVE_BAD} consecutive batches skipped (non-finite loss, gradient norm or parameters), last at step {}",
+                run.step
+            )));
         }
         Ok(())
-    };
+    }
 
-    loop {
-        if config.steps > 0 && run.step >= config.steps {
-            break;
-        }
-        if config.steps == 0 && run.epoch >= config.epochs {
-            break;
-        }
-        if (control.cancelled)() {
-            return Err(TrainError::Cancelled);
-        }
-        let games = reader.next_games(config.batch_size)?;
-        if games.is_empty() {
-            if run.epoch_batches == 0 {
-                return Err(TrainError::Config(format!(
-                    "{}: epoch {} yielded no batch",
-                    paths.train.display(),
-                    run.epoch
-                )));
-            }
-            if config.val_every > 0 && run.last_val_step != run.step {
-                do_validate(&model, &mut run)?;
-            }
-            run.epoch += 1;
-            run.position = Position::default();
-            run.epoch_batches = 0;
-            reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
-            continue;
-        }
-        run.step += 1;
-        run.epoch_batches += 1;
-        let batch = Batch::collate(&games, config.max_steps);
-        let lr = config.lr * schedule.multiplier(run.opt_steps);
-        let (moves, targets, mask) = batch.tensors(&ad)?;
-        let loss = {
-            let _guard = lock_rng();
-            ad.seed(step_seed(config.seed, run.step));
-            model.state_loss(moves, targets, mask)?.loss
-        };
-        let loss_value = scalar(loss.clone().detach())?;
-        let mut rolled_back = false;
-        let (grad_norm, skipped) = if loss_value.is_finite() {
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            let (next, outcome) = optim.step(model, &grads, lr)?;
-            model = next;
-            if outcome.applied {
-                // The update happened and the schedule moves on, even if it is rolled back.
-                run.opt_steps += 1;
-                if !params_finite(&model)? {
-                    model = snapshot.clone();
-                    rolled_back = true;
-                    run.rolled_back += 1;
-                }
-            }
-            (outcome.grad_norm, !outcome.applied || rolled_back)
+    /// Logs a row for this step, with the throughput since the last logged row.
+    fn log_step(&mut self, loss_value: f64, lr: f64, update: &Update) {
+        let elapsed = self.window_start.elapsed().as_secs_f64();
+        let tokens_per_s = if elapsed > 0.0 {
+            self.window_tokens as f64 / elapsed
         } else {
-            (f64::NAN, true)
+            0.0
         };
-        if skipped {
-            run.skipped += 1;
-            run.consecutive_bad += 1;
-            let what = if rolled_back {
-                "a parameter became non-finite; weights restored from the last snapshot"
-            } else {
-                "no update"
-            };
-            (control.log)(&format!(
-                "step {}: skipped (loss {loss_value}, grad norm {grad_norm}): {what}",
-                run.step
-            ));
-            if run.consecutive_bad >= MAX_CONSECUTIVE_BAD {
-                return Err(TrainError::Failed(format!(
-                    "{MAX_CONSECUTIVE_BAD} consecutive batches skipped (non-finite loss, gradient norm or parameters), last at step {}",
-                    run.step
-                )));
-            }
-        } else {
-            run.consecutive_bad = 0;
-            good_since_snapshot += 1;
-            if good_since_snapshot >= NAN_SNAPSHOT_EVERY {
-                snapshot = model.clone();
-                good_since_snapshot = 0;
-            }
-        }
-        run.tokens += batch.tokens();
-        window_tokens += batch.tokens();
-        run.position = reader.position();
-        let log_now = skipped || (config.log_every > 0 && run.step % config.log_every == 0);
-        if log_now {
-            let elapsed = window_start.elapsed().as_secs_f64();
-            let tokens_per_s = if elapsed > 0.0 {
-                window_tokens as f64 / elapsed
-            } else {
-                0.0
-            };
-            run.steps.push(StepRow {
-                step: run.step,
-                epoch: u32::try_from(run.epoch).unwrap_or(u32::MAX),
-                loss: loss_value,
-                lr,
-                grad_norm,
-                tokens_per_s,
-                skipped,
-            });
-            control.progress.set_message(format!(
-                "step {} loss {loss_value:.4} {tokens_per_s:.0} tok/s",
-                run.step
-            ));
-            window_tokens = 0;
-            window_start = Instant::now();
-        }
-        control.progress.inc(1);
-        if config.val_every > 0 && run.step % config.val_every == 0 {
-            do_validate(&model, &mut run)?;
-        }
-        if let Some(dir) = &paths.partial
-            && config.checkpoint_every > 0
-            && run.step % config.checkpoint_every == 0
+        let run = &mut self.run;
+        run.steps.push(StepRow {
+            step: run.step,
+            epoch: u32::try_from(run.epoch).unwrap_or(u32::MAX),
+            loss: loss_value,
+            lr,
+            grad_norm: update.grad_norm,
+            tokens_per_s,
+            skipped: update.skipped,
+        });
+        self.control.progress.set_message(format!(
+            "step {} loss {loss_value:.4} {tokens_per_s:.0} tok/s",
+            run.step
+        ));
+        self.window_tokens = 0;
+        self.window_start = Instant::now();
+    }
+
+    /// Validates the current model when there is a validation set, and records the row.
+    fn validate_now(&mut self) -> Result<(), TrainError> {
+        let Some(val) = &self.paths.val else {
+            return Ok(());
+        };
+        let config = self.config;
+        let metrics = validate(
+            &self.model,
+            val,
+            config.batch_size,
+            config.max_steps,
+            config.val_batches,
+            self.device,
+        )?;
+        let run = &mut self.run;
+        let row = val_row(run.step, &metrics);
+        (self.control.log)(&format!(
+            "step {}: val loss {:.5}, labelwise {:.5}, exact_state {:.5}, trajectory {:.5}",
+            row.step, row.loss, row.labelwise, row.exact_state, row.trajectory
+        ));
+        run.vals.push(row);
+        run.last_val_step = run.step;
+        Ok(())
+    }
+
+    /// Training seconds so far, earlier processes included.
+    fn train_s(&self) -> f64 {
+        self.base_s + self.started.elapsed().as_secs_f64()
+    }
+
+    /// Saves the partial state every `checkpoint_every` steps, when there is a directory for it.
+    fn checkpoint_if_due(&mut self) -> Result<(), TrainError> {
+        let every = self.config.checkpoint_every;
+        if let Some(dir) = &self.paths.partial
+            && every > 0
+            && self.run.step.is_multiple_of(every)
         {
-            run.train_s = base_s + started.elapsed().as_secs_f64();
+            self.run.train_s = self.train_s();
             state::save(
                 dir,
-                &paths.key,
-                &run,
-                &model,
-                &config.model,
-                &optim.export()?,
+                &self.paths.key,
+                &self.run,
+                &self.model,
+                &self.config.model,
+                &self.optim.export()?,
             )?;
         }
-        if control.stop_after == Some(run.step) {
-            return Ok(RunEnd::Stopped(run.step));
-        }
-    }
-    if paths.val.is_some() && run.last_val_step != run.step {
-        do_validate(&model, &mut run)?;
+        Ok(())
     }
 
-    let out = &paths.out;
-    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
-    save_model(&out.join(CHECKPOINT_DIR), &model.valid(), &config.model)?;
-    write_steps(&out.join(STEPS_FILE), &run.steps)?;
-    write_val(&out.join(VAL_FILE), &run.vals)?;
-    let wall_s = base_s + started.elapsed().as_secs_f64();
-    let best = run
-        .vals
-        .iter()
-        .filter(|r| r.loss.is_finite())
-        .min_by(|a, b| a.loss.total_cmp(&b.loss));
-    let mut hparams = config.hparams_json(total_steps);
-    hparams.extend(control.extra_hparams.clone());
-    let summary = json!({
-        "kind": "train",
-        "arch": config.model.family.name(),
-        "size": config.model.size.name(),
-        "params": n_params,
-        "hparams": hparams,
-        "steps": run.step,
-        "optimizer_steps": run.opt_steps,
-        "epochs_done": run.epoch,
-        "tokens": run.tokens,
-        "skipped_steps": run.skipped,
-        "rolled_back_steps": run.rolled_back,
-        "tokens_per_s": if wall_s > 0.0 { run.tokens as f64 / wall_s } else { 0.0 },
-        "wall_s": wall_s,
-        "final_val": run.vals.last().map(ValRow::to_json),
-        "best_val": best.map(ValRow::to_json),
-    });
-    write_json(&out.join(SUMMARY_FILE), &summary)?;
-    if let Some(dir) = &paths.partial {
-        state::remove(dir)?;
+    /// Validates unless it just did, writes the outputs and removes the partial state.
+    fn finish(mut self) -> Result<RunEnd, TrainError> {
+        if self.paths.val.is_some() && self.run.last_val_step != self.run.step {
+            self.validate_now()?;
+        }
+        let out = &self.paths.out;
+        std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
+        save_model(
+            &out.join(CHECKPOINT_DIR),
+            &self.model.valid(),
+            &self.config.model,
+        )?;
+        write_steps(&out.join(STEPS_FILE), &self.run.steps)?;
+        write_val(&out.join(VAL_FILE), &self.run.vals)?;
+        let summary = self.summary(self.train_s());
+        write_json(&out.join(SUMMARY_FILE), &summary)?;
+        if let Some(dir) = &self.paths.partial {
+            state::remove(dir)?;
+        }
+        Ok(RunEnd::Finished(summary))
     }
-    Ok(RunEnd::Finished(summary))
+
+    /// The `summary.json` of a run that took `wall_s` seconds.
+    fn summary(&self, wall_s: f64) -> Value {
+        let (config, run) = (self.config, &self.run);
+        let best = run
+            .vals
+            .iter()
+            .filter(|r| r.loss.is_finite())
+            .min_by(|a, b| a.loss.total_cmp(&b.loss));
+        let mut hparams = config.hparams_json(self.total_steps);
+        hparams.extend(self.control.extra_hparams.clone());
+        json!({
+            "kind": "train",
+            "arch": config.model.family.name(),
+            "size": config.model.size.name(),
+            "params": self.n_params,
+            "hparams": hparams,
+            "steps": run.step,
+            "optimizer_steps": run.opt_steps,
+            "epochs_done": run.epoch,
+            "tokens": run.tokens,
+            "skipped_steps": run.skipped,
+            "rolled_back_steps": run.rolled_back,
+            "tokens_per_s": if wall_s > 0.0 { run.tokens as f64 / wall_s } else { 0.0 },
+            "wall_s": wall_s,
+            "final_val": run.vals.last().map(ValRow::to_json),
+            "best_val": best.map(ValRow::to_json),
+        })
+    }
 }

@@ -9,13 +9,13 @@ use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
 use burn::prelude::*;
 use cwm_models::{Family, ModelConfig, Size};
 use cwm_stage::Progress;
+use cwm_stage_data::split::split_games;
+use cwm_stage_data::{
+    IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, process_pgn, tokenize_games,
+};
 use cwm_stage_train::output::{CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, VAL_FILE};
 use cwm_stage_train::train::{init_model, validate};
 use cwm_stage_train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
-use cwm_stages_data::split::split_games;
-use cwm_stages_data::{
-    IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, process_pgn, tokenize_games,
-};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{Map, Value};
 

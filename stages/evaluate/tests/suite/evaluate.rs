@@ -13,11 +13,11 @@ use cwm_models::{
     correct_counts, save_model, state_loss, valid_mask,
 };
 use cwm_stage::Progress;
-use cwm_stage_evaluate::{EvaluateOptions, EvaluateSummary, evaluate};
-use cwm_stages_data::{
+use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, ShardReader, TokenizeOptions, TokenizedGame,
     export_jsonl, process_pgn, tokenize_games,
 };
+use cwm_stage_evaluate::{EvaluateOptions, EvaluateSummary, evaluate};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::Scratch;

@@ -1,0 +1,8 @@
+//! Integration tests of cwm-chess against the shared test data (`../shared/data`). Where the
+//! data is absent they fail under CI and skip loudly elsewhere (`support::require`).
+
+mod data_files;
+mod oracles;
+mod python_labels;
+mod reference_vectors;
+mod support;

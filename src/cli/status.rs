@@ -1,0 +1,45 @@
+//! `cwm status`: which stages are fresh or stale, and why.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use cwm_engine::pipeline::Override;
+
+use super::{Context, load_plan, open_store, read_lock};
+
+/// Show which stages are fresh or stale, and why.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The pipeline file.
+    pipeline: Option<PathBuf>,
+    /// Override a param: stage.param=value.
+    #[arg(short = 's', long = "set", value_name = "STAGE.PARAM=VALUE")]
+    set: Vec<Override>,
+    /// Print a JSON array of {stage, state, reasons}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `cwm status`.
+pub fn run(args: StatusArgs, ctx: &Context) -> Result<ExitCode> {
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &args.set)?;
+    let store = open_store(&plan)?;
+    let lock = read_lock(&plan)?;
+    let statuses = cwm_engine::status::status(&plan, &ctx.registry, &store, &lock);
+    store.save_stat_cache()?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&statuses)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = std::io::stdout().lock();
+    for s in &statuses {
+        writeln!(out, "{:<6} {}", s.state, s.stage)?;
+        for r in &s.reasons {
+            writeln!(out, "         {r}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
