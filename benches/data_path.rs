@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput};
 use cwm_random_uniform::generator::FastGames;
 use cwm_stage::Progress;
-use cwm_stages_data::{
+use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, process_pgn, tokenize_games,
 };
 use pgn_reader::{RawTag, Reader, SanPlus, Visitor};
@@ -372,43 +372,44 @@ fn ratio(value: Option<f64>, base: Option<f64>, unit: &str, target: &str) -> Str
     }
 }
 
-fn summary(inputs: &[Input], python: &BTreeMap<&str, PythonFigures>) -> String {
-    let per_s = |name: &str, games: u64| median_seconds(name).map(|s| games as f64 / s);
-    let mut out = Summary {
-        text: String::new(),
-    };
-    let _ = writeln!(
-        out.text,
-        "cwm data-path summary (games of the input per second; Rust figures are medians of \
-         criterion samples; ratios measured in the same run)"
-    );
-    let _ = writeln!(
-        out.text,
-        "machine: {} cores; other builds may have been running, so absolute figures are noisy",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    let _ = writeln!(out.text);
-    let _ = writeln!(
-        out.text,
-        "| {:<58} | {:>12} | {:<44} |",
-        "figure", "games/s", "ratio (target)"
-    );
-    let _ = writeln!(out.text, "|{:-<60}|{:-<14}|{:-<46}|", "", "", "");
-    let python_replay = python.get("replay").and_then(rate);
-    out.row(
-        "python-chess read_game + push + 75 labels (1k file)",
-        python_replay,
-        "baseline",
-    );
-    for input in inputs {
-        let label = input.label;
-        let one = per_s(&format!("parse_tokenize/{label}/1t"), input.games);
-        let two = per_s(&format!("parse_tokenize/{label}/2t"), input.games);
-        let bare = per_s(&format!("bare_replay/{label}"), input.games);
-        let parse = per_s(&format!("parse_tokenize/{label}/1t/parse"), input.games);
-        let tokenize = per_s(&format!("parse_tokenize/{label}/1t/tokenize"), input.games);
+/// Games per second of the criterion benchmark `name`, whose iterations each handle `games`.
+fn games_per_s(name: &str, games: u64) -> Option<f64> {
+    median_seconds(name).map(|s| games as f64 / s)
+}
+
+impl Summary {
+    /// The title, the machine and the table's header.
+    fn header(&mut self) {
         let _ = writeln!(
-            out.text,
+            self.text,
+            "cwm data-path summary (games of the input per second; Rust figures are medians of \
+             criterion samples; ratios measured in the same run)"
+        );
+        let _ = writeln!(
+            self.text,
+            "machine: {} cores; other builds may have been running, so absolute figures are noisy",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        let _ = writeln!(self.text);
+        let _ = writeln!(
+            self.text,
+            "| {:<58} | {:>12} | {:<44} |",
+            "figure", "games/s", "ratio (target)"
+        );
+        let _ = writeln!(self.text, "|{:-<60}|{:-<14}|{:-<46}|", "", "", "");
+    }
+
+    /// The rows of one input: the bare replay, parse+tokenize on one and two threads, and the
+    /// two halves alone.
+    fn input_rows(&mut self, input: &Input, python_replay: Option<f64>) {
+        let label = input.label;
+        let one = games_per_s(&format!("parse_tokenize/{label}/1t"), input.games);
+        let two = games_per_s(&format!("parse_tokenize/{label}/2t"), input.games);
+        let bare = games_per_s(&format!("bare_replay/{label}"), input.games);
+        let parse = games_per_s(&format!("parse_tokenize/{label}/1t/parse"), input.games);
+        let tokenize = games_per_s(&format!("parse_tokenize/{label}/1t/tokenize"), input.games);
+        let _ = writeln!(
+            self.text,
             "| {:<58} | {:>12} | {:<44} |",
             format!(
                 "input {label}: {} games, {:.1} MB",
@@ -418,12 +419,12 @@ fn summary(inputs: &[Input], python: &BTreeMap<&str, PythonFigures>) -> String {
             "",
             ""
         );
-        out.row(
+        self.row(
             &format!("{label}: pgn-reader bare legal replay, 1 thread"),
             bare,
             "baseline (practical limit)",
         );
-        out.row(
+        self.row(
             &format!("{label}: cwm parse+tokenize, 1 thread"),
             one,
             &format!(
@@ -432,17 +433,17 @@ fn summary(inputs: &[Input], python: &BTreeMap<&str, PythonFigures>) -> String {
                 ratio(one, bare, "x bare", "(>=0.5)")
             ),
         );
-        out.row(
+        self.row(
             &format!("{label}:   of which parse alone, 1 thread"),
             parse,
             &ratio(parse, bare, "x bare", ""),
         );
-        out.row(
+        self.row(
             &format!("{label}:   of which tokenize alone, 1 thread"),
             tokenize,
             &ratio(tokenize, bare, "x bare", ""),
         );
-        out.row(
+        self.row(
             &format!("{label}: cwm parse+tokenize, 2 threads"),
             two,
             &format!(
@@ -457,28 +458,49 @@ fn summary(inputs: &[Input], python: &BTreeMap<&str, PythonFigures>) -> String {
             ),
         );
     }
-    let python_random = python.get("random").and_then(rate);
-    let python_random_no_claims = python.get("random_no_claims").and_then(rate);
-    let random = per_s("random_uniform/1t", RANDOM_GAMES as u64);
+
+    /// The random player's rows: both python baselines and `random_uniform`.
+    fn random_rows(&mut self, python: &BTreeMap<&str, PythonFigures>) {
+        let python_random = python.get("random").and_then(rate);
+        let python_random_no_claims = python.get("random_no_claims").and_then(rate);
+        let random = games_per_s("random_uniform/1t", RANDOM_GAMES as u64);
+        self.row(
+            "python-chess random player, is_game_over(claim_draw=True)",
+            python_random,
+            "baseline",
+        );
+        self.row(
+            "python-chess random player WITHOUT claims (is_game_over())",
+            python_random_no_claims,
+            "other baseline (no claims: not the same rule)",
+        );
+        self.row(
+            "cwm random_uniform fast mode, 1 thread",
+            random,
+            &format!(
+                "{} | {}",
+                ratio(random, python_random, "x python", "(>=1000)"),
+                ratio(random, python_random_no_claims, "x no-claims", "")
+            ),
+        );
+    }
+}
+
+fn summary(inputs: &[Input], python: &BTreeMap<&str, PythonFigures>) -> String {
+    let mut out = Summary {
+        text: String::new(),
+    };
+    out.header();
+    let python_replay = python.get("replay").and_then(rate);
     out.row(
-        "python-chess random player, is_game_over(claim_draw=True)",
-        python_random,
+        "python-chess read_game + push + 75 labels (1k file)",
+        python_replay,
         "baseline",
     );
-    out.row(
-        "python-chess random player WITHOUT claims (is_game_over())",
-        python_random_no_claims,
-        "other baseline (no claims: not the same rule)",
-    );
-    out.row(
-        "cwm random_uniform fast mode, 1 thread",
-        random,
-        &format!(
-            "{} | {}",
-            ratio(random, python_random, "x python", "(>=1000)"),
-            ratio(random, python_random_no_claims, "x no-claims", "")
-        ),
-    );
+    for input in inputs {
+        out.input_rows(input, python_replay);
+    }
+    out.random_rows(python);
     let _ = writeln!(out.text);
     for (name, figures) in python {
         let _ = writeln!(out.text, "python {name}: {figures:?}");

@@ -1,7 +1,7 @@
 //! Training throughput: tokens per second of full training steps (forward, backward, global
 //! gradient clipping at 1.0 and an AdamW update) in cwm (the train stage's own step,
 //! `cwm_stage_train::throughput`, which `cwm model bench` also runs) and in the PyTorch versions
-//! of the same models (`stages/models/python/cwm_torch_models.py`, `torch.optim.AdamW`),
+//! of the same models (`crates/models/python/cwm_torch_models.py`, `torch.optim.AdamW`),
 //! measured in the same run with the same number of threads on the same device. The issue's
 //! target is cwm at ≥ 1.0× PyTorch on the CPU.
 //!

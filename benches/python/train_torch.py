@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "stages/models/python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "crates/models/python"))
 import cwm_torch_models as models  # noqa: E402
 
 

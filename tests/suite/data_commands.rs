@@ -4,14 +4,11 @@
 use super::Workspace;
 use std::path::PathBuf;
 
+/// `../shared/data`, or `None` when absent (see [`crate::require`]).
 fn shared_data() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: ../shared/data is absent");
-        None
-    }
+    let what = format!("{} (the shared data beside the repository)", dir.display());
+    crate::require(&what, dir.is_dir()).then_some(dir)
 }
 
 #[test]

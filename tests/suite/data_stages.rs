@@ -10,15 +10,11 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/data`, or `None` (with a message) when absent.
+/// `../shared/data`, or `None` when absent (see [`crate::require`]).
 fn shared_data() -> Option<PathBuf> {
     let dir = repo().join("../shared/data");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
-    }
+    let what = format!("{} (the shared data beside the repository)", dir.display());
+    crate::require(&what, dir.is_dir()).then_some(dir)
 }
 
 /// The data directory of the artifact `instance.output` recorded for the last run (from
@@ -74,16 +70,16 @@ stages:
     )
 }
 
-/// Whether `python3 -c "import pyarrow.parquet, numpy"` works; prints why not otherwise.
+/// Whether `python3 -c "import pyarrow.parquet, numpy"` works (see [`crate::require`]).
 fn python_with_pyarrow() -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import pyarrow.parquet, numpy"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping the Python check: python3 with pyarrow and numpy is not available");
-    }
-    ok
+    crate::require(
+        "python3 with pyarrow and numpy, for the Python reading check (pip install pyarrow numpy)",
+        ok,
+    )
 }
 
 #[test]
@@ -122,9 +118,8 @@ fn the_full_pipeline_runs_on_the_shipped_sample_and_is_cached() {
     // The random games through export_jsonl equal the reference's first 50, byte for byte.
     if let Some(shared) = shared_data() {
         let out = ws.dir.join("random_jsonl");
-        let shards =
-            cwm_stages_data::export_jsonl(&artifact(&ws, "random", "out"), &out, 10_000, 2)
-                .expect("export");
+        let shards = cwm_stage_data::export_jsonl(&artifact(&ws, "random", "out"), &out, 10_000, 2)
+            .expect("export");
         assert_eq!(shards.len(), 1);
         let ours = std::fs::read(&shards[0]).unwrap();
         let reference =

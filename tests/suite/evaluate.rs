@@ -37,10 +37,10 @@ fn cwm_evaluate_scores_a_checkpoint_on_tokenized_shards_and_on_jsonl_alike() {
         ]);
     }
     std::fs::create_dir_all(ws.dir.join("tokens")).unwrap();
-    cwm_stages_data::tokenize_games(
+    cwm_stage_data::tokenize_games(
         &ws.dir.join("games"),
         &ws.dir.join("tokens"),
-        &cwm_stages_data::TokenizeOptions {
+        &cwm_stage_data::TokenizeOptions {
             shard_games: 4,
             threads: 1,
             ..Default::default()

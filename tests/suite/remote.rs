@@ -1,5 +1,6 @@
 //! Sharing results by hash: push, pull, the collaborator flow, and a real
-//! S3-compatible server (moto's, started on 127.0.0.1) when it is installed.
+//! S3-compatible server (moto's, started on 127.0.0.1); without moto those tests fail under CI
+//! and skip loudly elsewhere (`crate::require`).
 
 use super::{Workspace, kill_delays, names};
 use std::process::{Child, Command, Stdio};
@@ -121,20 +122,31 @@ impl Drop for S3Server {
     }
 }
 
+/// moto's S3 server with the bucket `cwm-test`, or `None` when it cannot be had (see
+/// [`crate::require`]: under CI that fails the test).
 fn start_s3() -> Option<S3Server> {
+    match try_start_s3() {
+        Ok(server) => Some(server),
+        Err(why) => {
+            let what = format!("a working moto S3 server (pip install 'moto[server]'): {why}");
+            crate::require(&what, false);
+            None
+        }
+    }
+}
+
+fn try_start_s3() -> Result<S3Server, String> {
     let ok = Command::new("python3")
         .args(["-c", "import moto.server"])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: moto's S3 server is not installed (pip install 'moto[server]')");
-        return None;
+        return Err("python3 cannot import moto.server".into());
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
+        .and_then(|listener| listener.local_addr())
+        .map_err(|e| format!("no free loopback port: {e}"))?
         .port();
     let child = Command::new("python3")
         .args([
@@ -148,30 +160,30 @@ fn start_s3() -> Option<S3Server> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .ok()?;
+        .map_err(|e| format!("cannot spawn python3 -m moto.server: {e}"))?;
     let server = S3Server { child, port };
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
-            eprintln!("skipped: moto's S3 server did not start");
-            return None;
+            return Err("the server did not listen within 30 s".into());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     // Create the bucket with a plain HTTP PUT (moto needs no signature for this).
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("cannot connect to the server: {e}"))?;
     use std::io::{Read, Write};
-    write!(stream, "PUT /cwm-test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").ok()?;
+    write!(stream, "PUT /cwm-test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("cannot send the bucket request: {e}"))?;
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     if !response.starts_with("HTTP/1.1 200") {
-        eprintln!(
-            "skipped: could not create the test bucket: {}",
+        return Err(format!(
+            "could not create the test bucket: {}",
             response.lines().next().unwrap_or("")
-        );
-        return None;
+        ));
     }
-    Some(server)
+    Ok(server)
 }
 
 #[test]
