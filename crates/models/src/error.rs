@@ -1,7 +1,5 @@
 //! The crate's error type.
 
-use crate::config::Family;
-
 /// What can go wrong when configuring, building or feeding a model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -25,9 +23,6 @@ pub enum ModelError {
         /// Why it is unusable.
         reason: String,
     },
-    /// A family that this build does not implement yet.
-    #[error("model family {0} is not implemented yet")]
-    NotImplemented(Family),
     /// A checkpoint that cannot be read or written.
     #[error("checkpoint {path}: {message}")]
     Checkpoint {

@@ -56,6 +56,6 @@ pub use loss::{
     step_cross_entropy, step_cross_entropy_from_features, valid_mask,
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
-pub use model::{IMPLEMENTED, Model, StateModel, params, params_of};
+pub use model::{Model, StateModel, params, params_of};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

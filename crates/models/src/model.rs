@@ -13,8 +13,9 @@
 //!    off).
 //! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`, `features`,
 //!    `head`).
-//! 4. Add the family to [`IMPLEMENTED`]: the parameter-count test in `tests/params.rs` then
-//!    checks its four sizes against spec C.3, and the shape tests in `tests/models.rs` cover it.
+//! 4. Add it to [`Family::ALL`](crate::Family::ALL): the parameter-count test in
+//!    `tests/params.rs` then checks its four sizes against spec C.3, and the shape tests in
+//!    `tests/models.rs` cover it.
 
 use burn::nn::Linear;
 use burn::prelude::*;
@@ -67,18 +68,6 @@ pub trait StateModel {
     }
 }
 
-/// Families this build implements; the others make [`Model::init`] return
-/// [`ModelError::NotImplemented`].
-pub const IMPLEMENTED: &[Family] = &[
-    Family::Transformer,
-    Family::Slice,
-    Family::SliceDiag,
-    Family::Gdn,
-    Family::GdnPos,
-    Family::Mamba3,
-    Family::Mamba2,
-];
-
 /// A model of any family.
 #[derive(Module, Debug)]
 pub enum Model {
@@ -96,8 +85,7 @@ impl Model {
     /// Builds a freshly initialised model (reference inits, spec B.*) on `device`.
     ///
     /// # Errors
-    /// [`ModelError::InvalidConfig`] for unusable options; [`ModelError::NotImplemented`] for a
-    /// family not in [`IMPLEMENTED`].
+    /// [`ModelError::InvalidConfig`] for unusable options.
     pub fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError> {
         config.validate()?;
         match config.family {

@@ -393,8 +393,8 @@ fn chunked_block(m: Tensor<5>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> T
     let pm: Tensor<5> = m.reshape([rows, chunk, n_blocks, b, b]);
     let pc: Tensor<5> = c.reshape([rows, chunk, n_blocks, b, 1]);
     let (pm, pc) = prefix_scan(pm, pc, Tensor::matmul);
-    let pm: Tensor<5> = pm.reshape([batch, n_chunks * chunk, n_blocks, b, b]);
-    let pc: Tensor<5> = pc.reshape([batch, n_chunks * chunk, n_blocks, b, 1]);
+    let pm: Tensor<5> = pm.reshape([batch, chunks.padded(), n_blocks, b, b]);
+    let pc: Tensor<5> = pc.reshape([batch, chunks.padded(), n_blocks, b, 1]);
     let mut starts = Vec::with_capacity(n_chunks);
     let mut y: Tensor<4> = y0.reshape([batch, n_blocks, b, 1]);
     for k in 0..n_chunks {
@@ -415,7 +415,7 @@ fn chunked_block(m: Tensor<5>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> T
     let starts: Tensor<5> = starts
         .reshape([batch, n_chunks, 1, n_blocks * b, 1])
         .expand([batch, n_chunks, chunk, n_blocks * b, 1])
-        .reshape([batch, n_chunks * chunk, n_blocks, b, 1]);
+        .reshape([batch, chunks.padded(), n_blocks, b, 1]);
     let out = pm.matmul(starts) + pc; // [batch, padded, n_blocks, b, 1]
     out.reshape([batch, chunks.padded(), d]).narrow(1, 0, seq)
 }

@@ -80,16 +80,18 @@ const SHARD_OR_JSONL_READER_FILES: &[&str] = &[
 /// The code fingerprint of reading tokenized shards, for stage kinds of other crates that do
 /// (`train`): it covers those files only, so editing `download` invalidates no training.
 pub fn shard_reader_fingerprint() -> String {
-    cwm_stage::combine_fingerprints(&[
-        &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, SHARD_READER_FILES),
-        cwm_chess::SOURCE_FINGERPRINT,
-    ])
+    reader_fingerprint(SHARD_READER_FILES)
 }
 
 /// The code fingerprint of reading tokenized shards or reference JSONL (`evaluate`).
 pub fn shard_or_jsonl_reader_fingerprint() -> String {
+    reader_fingerprint(SHARD_OR_JSONL_READER_FILES)
+}
+
+/// These files of this crate, with the chess code every reader runs.
+fn reader_fingerprint(files: &[&str]) -> String {
     cwm_stage::combine_fingerprints(&[
-        &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, SHARD_OR_JSONL_READER_FILES),
+        &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, files),
         cwm_chess::SOURCE_FINGERPRINT,
     ])
 }

@@ -23,7 +23,9 @@ fn require(what: &str, available: bool) -> bool {
     if !available {
         let test = std::thread::current().name().unwrap_or("?").to_owned();
         if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
-            panic!("{test}: {what} is missing; CI is set, so the test fails instead of skipping");
+            panic!(
+                "{test}: {what} is missing, and CI is set: a test with a missing oracle or data set fails"
+            );
         }
         eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
     }

@@ -1,6 +1,6 @@
 //! Parameter counts of instantiated models against spec C.2/C.3, all 28 family × size cells.
 
-use cwm_models::{Family, IMPLEMENTED, ModelConfig, Size, params, params_of};
+use cwm_models::{Family, ModelConfig, Size, params, params_of};
 
 /// Spec C.2 totals, sizes d128, d256, d384, d512.
 const EXPECTED: [(Family, [usize; 4]); 7] = [
@@ -38,7 +38,6 @@ const MAMBA3_MIMO: [usize; 4] = [3_303_390, 8_668_790, 20_972_854, 43_333_654];
 fn parameter_counts_match_spec_c3() {
     let mut checked = 0;
     for (family, counts) in EXPECTED {
-        assert!(IMPLEMENTED.contains(&family), "{family} is implemented");
         for (size, expected) in Size::ALL.into_iter().zip(counts) {
             assert_eq!(params(family, size).unwrap(), expected, "{family} {size}");
             checked += 1;
