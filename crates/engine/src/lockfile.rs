@@ -134,7 +134,7 @@ impl LockFile {
         if fs::read_to_string(path).is_ok_and(|old| old == text) {
             return Ok(());
         }
-        crate::store::write_atomic(path, text.as_bytes()).map_err(|source| LockError::Io {
+        cwm_formats::fs::write_atomic(path, text.as_bytes()).map_err(|source| LockError::Io {
             path: path.to_path_buf(),
             source,
         })

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::PathBuf;
 
+use cwm_formats::fs::write_atomic;
 use serde::{Deserialize, Serialize};
 
 use crate::store::hashing::{self, hash_file};
-use crate::store::{KeyRecord, Store, StoreError, rfc3339, write_atomic};
+use crate::store::{KeyRecord, Store, StoreError, rfc3339};
 
 /// One artifact found damaged by [`verify`].
 #[derive(Debug, Clone, Serialize)]

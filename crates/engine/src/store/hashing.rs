@@ -102,7 +102,7 @@ impl StatCache {
         };
         let bytes =
             serde_json::to_vec(&StatCacheFile { format: 1, entries }).map_err(io::Error::other)?;
-        super::write_atomic(path, &bytes)
+        cwm_formats::fs::write_atomic(path, &bytes)
     }
 
     /// How many files were read and hashed through this cache.

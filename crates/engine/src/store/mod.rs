@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+use cwm_formats::fs::{file_safe, write_atomic};
 use serde::{Deserialize, Serialize};
 
 use crate::key::KeyIngredients;
@@ -423,17 +424,9 @@ impl Store {
     /// Creates a fresh staging directory with one empty directory per output.
     pub fn stage(&self, instance: &str, outputs: &[&str]) -> Result<Staging, StoreError> {
         let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let safe: String = instance
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(64)
-            .collect();
+        // At most 64 characters of the name (all ASCII after `file_safe`).
+        let mut safe = file_safe(instance);
+        safe.truncate(64);
         let root = self
             .root
             .join("tmp")
@@ -661,30 +654,6 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let mut file = File::create(path).map_err(io_err(path))?;
     file.write_all(bytes).map_err(io_err(path))?;
     file.sync_all().map_err(io_err(path))
-}
-
-/// Writes `bytes` to `path` atomically: a temp file beside it, fsync, rename,
-/// fsync of the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{}.{}-{n}.tmp",
-        path.file_name()
-            .map(|s| s.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 fn make_read_only(data: &Path, files: &[FileEntry]) -> Result<(), StoreError> {
