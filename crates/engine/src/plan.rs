@@ -7,7 +7,17 @@
 
 use std::collections::BTreeSet;
 
-use crate::pipeline::{Diagnostic, Diagnostics, Pipeline};
+use crate::pipeline::{Diagnostic, Diagnostics, Pipeline, Selector};
+
+/// A selector (`--only`, `--from`, `--force`, `cwm show`) that names no instance.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no stage or instance named `{selector}` (stages: {})", stages.join(", "))]
+pub struct UnknownSelector {
+    /// The selector as given.
+    pub selector: String,
+    /// The pipeline's stages, in declaration order.
+    pub stages: Vec<String>,
+}
 
 /// A validated pipeline with its dependency graph.
 #[derive(Debug)]
@@ -104,22 +114,22 @@ impl Plan {
 
     /// Resolves selectors (instance or stage names) to instance indices, or
     /// names the first unknown one.
-    pub fn resolve(&self, selectors: &[String]) -> Result<Vec<usize>, String> {
+    pub fn resolve(&self, selectors: &[String]) -> Result<Vec<usize>, UnknownSelector> {
         let mut out = Vec::new();
         for s in selectors {
-            let found = self.pipeline.select(s);
+            let found = self.pipeline.select(&Selector::parse(s));
             if found.is_empty() {
-                let mut stages: Vec<&str> = self
+                let mut stages: Vec<String> = self
                     .pipeline
                     .instances
                     .iter()
-                    .map(|i| i.stage.as_str())
+                    .map(|i| i.stage.clone())
                     .collect();
                 stages.dedup();
-                return Err(format!(
-                    "no stage or instance named `{s}` (stages: {})",
-                    stages.join(", ")
-                ));
+                return Err(UnknownSelector {
+                    selector: s.clone(),
+                    stages,
+                });
             }
             out.extend(found);
         }
@@ -154,10 +164,9 @@ mod tests {
         let b = p.resolve(&["b".into()]).unwrap();
         assert_eq!(names(&p.with_ancestors(&b)), ["a", "b"]);
         assert_eq!(names(&p.with_descendants(&b)), ["b", "c"]);
-        assert!(
-            p.resolve(&["zz".into()])
-                .unwrap_err()
-                .contains("no stage or instance named `zz`")
+        assert_eq!(
+            p.resolve(&["zz".into()]).unwrap_err().to_string(),
+            "no stage or instance named `zz` (stages: c, a, b, d)"
         );
     }
 

@@ -32,8 +32,8 @@ fn matrix_expands_row_major_with_readable_names() {
         p.instances[1].params.get("lr"),
         Some(&ParamValue::Float(1.0))
     );
-    assert_eq!(p.select("t").len(), 4);
-    assert_eq!(p.select("t[arch=gdn,lr=0.1]"), vec![2]);
+    assert_eq!(p.select(&Selector::parse("t")).len(), 4);
+    assert_eq!(p.select(&Selector::parse("t[arch=gdn,lr=0.1]")), vec![2]);
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn overrides_apply_with_types_and_unknown_targets_fail() {
     .unwrap();
     assert_eq!(p.instances[0].params.get("n"), Some(&ParamValue::Int(5)));
     let ov: Override = "t[arch=gdn].lr=0.5".parse().unwrap();
-    assert_eq!(ov.target, "t[arch=gdn]");
+    assert_eq!(ov.target.to_string(), "t[arch=gdn]");
     assert_eq!(ov.param, "lr");
     let bad: Override = "x.n=5".parse().unwrap();
     let err = load_str(

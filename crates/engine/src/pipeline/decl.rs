@@ -1,0 +1,286 @@
+//! One stage as written in the file, `${vars}` substituted, before matrix
+//! expansion and before anything is checked against its kind.
+
+use std::collections::HashMap;
+
+use super::selector::Reference;
+use super::yaml::{Loc, Located, Node};
+use super::{Loader, interpolate, valid_stage_name, whole_var};
+
+/// The file's `vars:`, by name.
+pub(super) type Vars = HashMap<String, Located<Node>>;
+
+/// A stage as written, before matrix expansion.
+pub(super) struct StageDecl<'a> {
+    pub(super) name: Located<String>,
+    pub(super) kind: Located<String>,
+    pub(super) params: Vec<(&'a Located<String>, Located<Node>)>,
+    pub(super) matrix: Vec<(&'a Located<String>, Vec<Located<Node>>)>,
+    pub(super) inputs: Vec<(&'a Located<String>, Vec<Located<Reference>>)>,
+    pub(super) deps: Vec<Located<String>>,
+    /// Param names written in the file whose value could not be read.
+    pub(super) invalid_params: Vec<&'a str>,
+    pub(super) loc: Loc,
+}
+
+impl<'a> StageDecl<'a> {
+    fn new(name: &Located<String>, body: &Located<Node>) -> Self {
+        StageDecl {
+            name: name.clone(),
+            kind: Located {
+                value: String::new(),
+                loc: body.loc,
+            },
+            params: Vec::new(),
+            matrix: Vec::new(),
+            inputs: Vec::new(),
+            deps: Vec::new(),
+            invalid_params: Vec::new(),
+            loc: name.loc,
+        }
+    }
+}
+
+impl Loader {
+    /// Reads the stage `name`; `None` (with diagnostics) when it has no kind.
+    pub(super) fn stage_decl<'a>(
+        &mut self,
+        name: &'a Located<String>,
+        body: &'a Located<Node>,
+        vars: &Vars,
+    ) -> Option<StageDecl<'a>> {
+        if !valid_stage_name(&name.value) {
+            self.error(
+                name.loc,
+                format!(
+                    "invalid stage name `{}`: use letters, digits, `_` and `-`",
+                    name.value
+                ),
+            );
+        }
+        let Node::Map(fields) = &body.value else {
+            self.error(
+                body.loc,
+                format!(
+                    "stage `{}` must be a mapping with `uses:`, found {}",
+                    name.value,
+                    body.value.kind()
+                ),
+            );
+            return None;
+        };
+        let mut decl = StageDecl::new(name, body);
+        let mut has_uses = false;
+        for (key, value) in fields {
+            has_uses |= self.decl_field(&mut decl, key, value, vars);
+        }
+        if !has_uses {
+            self.error(
+                name.loc,
+                format!(
+                    "stage `{}` has no `uses:` naming its stage kind",
+                    name.value
+                ),
+            );
+            return None;
+        }
+        Some(decl)
+    }
+
+    /// Reads one field of a stage into `decl`; true when it set the kind.
+    fn decl_field<'a>(
+        &mut self,
+        decl: &mut StageDecl<'a>,
+        key: &Located<String>,
+        value: &'a Located<Node>,
+        vars: &Vars,
+    ) -> bool {
+        match key.value.as_str() {
+            "uses" => {
+                if let Some(kind) = self.string(value, vars, "`uses` (a stage kind)") {
+                    decl.kind = kind;
+                    return true;
+                }
+            }
+            "params" => self.decl_params(decl, value, vars),
+            "matrix" => self.decl_matrix(decl, value, vars),
+            "inputs" => self.decl_inputs(decl, value, vars),
+            "deps" => decl.deps = self.string_list(value, vars, "a file path"),
+            "doc" | "description" => {}
+            other => self.error(
+                key.loc,
+                format!(
+                    "unknown key `{other}` in stage `{}`: expected uses, params, matrix, \
+                     inputs, deps or doc",
+                    decl.name.value
+                ),
+            ),
+        }
+        false
+    }
+
+    fn decl_params<'a>(&mut self, decl: &mut StageDecl<'a>, value: &'a Located<Node>, vars: &Vars) {
+        match &value.value {
+            Node::Map(entries) => {
+                for (pname, pvalue) in entries {
+                    match self.substitute(pvalue, vars) {
+                        Some(v) => decl.params.push((pname, v)),
+                        None => decl.invalid_params.push(&pname.value),
+                    }
+                }
+            }
+            Node::Null => {}
+            other => self.error(
+                value.loc,
+                format!("`params` must be a mapping, found {}", other.kind()),
+            ),
+        }
+    }
+
+    fn decl_matrix<'a>(&mut self, decl: &mut StageDecl<'a>, value: &'a Located<Node>, vars: &Vars) {
+        let Node::Map(entries) = &value.value else {
+            self.error(
+                value.loc,
+                format!(
+                    "`matrix` must be a mapping of param names to lists, found {}",
+                    value.value.kind()
+                ),
+            );
+            return;
+        };
+        for (pname, pvalues) in entries {
+            let Some(v) = self.substitute(pvalues, vars) else {
+                continue;
+            };
+            match v.value {
+                Node::Seq(items) if !items.is_empty() => decl.matrix.push((pname, items)),
+                other => self.error(
+                    v.loc,
+                    format!(
+                        "matrix `{}` must be a non-empty list of values, found {}",
+                        pname.value,
+                        other.kind()
+                    ),
+                ),
+            }
+        }
+    }
+
+    fn decl_inputs<'a>(&mut self, decl: &mut StageDecl<'a>, value: &'a Located<Node>, vars: &Vars) {
+        match &value.value {
+            Node::Map(entries) => {
+                for (iname, iref) in entries {
+                    let refs = self
+                        .string_list(iref, vars, "a stage reference")
+                        .into_iter()
+                        .map(|text| Located {
+                            value: Reference::parse(&text.value),
+                            loc: text.loc,
+                        })
+                        .collect();
+                    decl.inputs.push((iname, refs));
+                }
+            }
+            Node::Null => {}
+            other => self.error(
+                value.loc,
+                format!(
+                    "`inputs` must be a mapping like `{{games: parse}}`, found {}",
+                    other.kind()
+                ),
+            ),
+        }
+    }
+
+    fn string(&mut self, node: &Located<Node>, vars: &Vars, what: &str) -> Option<Located<String>> {
+        let node = self.substitute(node, vars)?;
+        match node.value {
+            Node::Str(s) => Some(Located {
+                value: s,
+                loc: node.loc,
+            }),
+            other => {
+                self.error(node.loc, format!("expected {what}, found {}", other.kind()));
+                None
+            }
+        }
+    }
+
+    fn string_list(
+        &mut self,
+        node: &Located<Node>,
+        vars: &Vars,
+        what: &str,
+    ) -> Vec<Located<String>> {
+        match &node.value {
+            Node::Seq(items) => items
+                .iter()
+                .filter_map(|item| self.string(item, vars, what))
+                .collect(),
+            _ => self.string(node, vars, what).into_iter().collect(),
+        }
+    }
+
+    /// Replaces `${name}` in every string under `node`. A string that is
+    /// exactly `${name}` takes the var's value and type; `$${` writes `${`.
+    pub(super) fn substitute(
+        &mut self,
+        node: &Located<Node>,
+        vars: &Vars,
+    ) -> Option<Located<Node>> {
+        let value = match &node.value {
+            Node::Str(s) => {
+                if let Some(name) = whole_var(s) {
+                    return match vars.get(name) {
+                        Some(v) => Some(Located {
+                            value: v.value.clone(),
+                            loc: node.loc,
+                        }),
+                        None => {
+                            self.unknown_var(node.loc, name, vars);
+                            None
+                        }
+                    };
+                }
+                match interpolate(s, vars) {
+                    Ok(text) => Node::Str(text),
+                    Err(e) => {
+                        self.unknown_var(node.loc, &e.shown(), vars);
+                        return None;
+                    }
+                }
+            }
+            Node::Seq(items) => Node::Seq(
+                items
+                    .iter()
+                    .map(|item| self.substitute(item, vars))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            Node::Map(entries) => Node::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| self.substitute(v, vars).map(|v| (k.clone(), v)))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            other => other.clone(),
+        };
+        Some(Located {
+            value,
+            loc: node.loc,
+        })
+    }
+
+    fn unknown_var(&mut self, loc: Loc, name: &str, vars: &Vars) {
+        let mut known: Vec<&str> = vars.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        let known = if known.is_empty() {
+            "no vars are declared".to_owned()
+        } else {
+            format!("declared vars: {}", known.join(", "))
+        };
+        self.error(
+            loc,
+            format!("unknown var `${{{name}}}` ({known}; write `$${{` for a literal `${{`)"),
+        );
+    }
+}
