@@ -37,6 +37,7 @@ use crate::freshness::{self, Freshness, Outputs};
 use crate::key::KeyIngredients;
 use crate::lockfile::{LockEntry, LockFile};
 use crate::plan::Plan;
+use crate::reason::{self, StaleReason};
 use crate::registry::Registry;
 use crate::store::{CommitInfo, Store};
 
@@ -71,7 +72,7 @@ pub enum Outcome {
     /// It did not run because a producer failed (or the run stopped).
     Skipped(String),
     /// `--dry-run`: it would run, for these reasons.
-    WouldRun(Vec<String>),
+    WouldRun(Vec<StaleReason>),
 }
 
 /// The result of a run, per selected instance in execution order.
@@ -222,10 +223,9 @@ impl Executor<'_> {
                         .iter()
                         .find(|&&p| state[p] == State::WouldRun)
                     {
-                        let why = format!(
-                            "input: `{}` would run first",
-                            plan.pipeline.instances[p].name
-                        );
+                        let why = StaleReason::ProducerWouldRun {
+                            producer: plan.pipeline.instances[p].name.clone(),
+                        };
                         state[idx] = State::WouldRun;
                         display.line(&format!("would run {name}: {why}"));
                         outcomes.insert(idx, Outcome::WouldRun(vec![why]));
@@ -246,23 +246,21 @@ impl Executor<'_> {
                     if !plan.deps[idx].iter().all(|&p| state[p] == State::Done) {
                         continue;
                     }
-                    let ing = match freshness::ingredients(
-                        plan,
-                        self.registry,
-                        self.store,
-                        idx,
-                        &outputs,
-                    ) {
-                        Ok(ing) => ing,
-                        Err(e) => {
-                            state[idx] = State::Failed;
-                            display.finished(idx, &format!("failed  {name}: {e}"));
-                            outcomes.insert(idx, Outcome::Failed(e));
-                            stop_launching |= !options.keep_going;
-                            progressed = true;
-                            continue;
-                        }
-                    };
+                    let ing =
+                        match freshness::ingredients(plan, self.registry, self.store, idx, |p| {
+                            outputs[p].as_ref()
+                        }) {
+                            Ok(ing) => ing,
+                            Err(e) => {
+                                let e = e.to_string();
+                                state[idx] = State::Failed;
+                                display.finished(idx, &format!("failed  {name}: {e}"));
+                                outcomes.insert(idx, Outcome::Failed(e));
+                                stop_launching |= !options.keep_going;
+                                progressed = true;
+                                continue;
+                            }
+                        };
                     match freshness::check(self.store, &lock, &name, &ing, forced.contains(&idx)) {
                         Freshness::Fresh(outs) => {
                             state[idx] = State::Done;
@@ -276,7 +274,8 @@ impl Executor<'_> {
                         Freshness::Stale(reasons) if options.dry_run => {
                             // Downstream keys depend on outputs that do not exist yet.
                             state[idx] = State::WouldRun;
-                            display.line(&format!("would run {name}: {}", reasons.join("; ")));
+                            display
+                                .line(&format!("would run {name}: {}", reason::joined(&reasons)));
                             outcomes.insert(idx, Outcome::WouldRun(reasons));
                             progressed = true;
                             continue;

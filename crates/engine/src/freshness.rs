@@ -1,17 +1,18 @@
 //! Deciding, before scheduling, whether an instance is fresh or stale and why.
 //!
 //! An instance is *fresh* when the store holds a finished record for its key
-//! and every output artifact is intact. Otherwise it is *stale*, with reasons
-//! that start with one of `params`, `code`, `input`, `output-missing`,
-//! `never-run` or `forced`, found by comparing the key's ingredients with the
+//! and every output artifact is intact. Otherwise it is *stale*, with
+//! [`StaleReason`]s found by comparing the key's ingredients with the
 //! instance's entry in `cwm.lock`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use crate::key::KeyIngredients;
 use crate::lockfile::{LockEntry, LockFile};
 use crate::plan::Plan;
+use crate::reason::StaleReason;
 use crate::registry::Registry;
 use crate::store::{Integrity, Store};
 
@@ -24,22 +25,53 @@ pub enum Freshness {
     /// Up to date; these are its outputs.
     Fresh(Outputs),
     /// Needs to run, for these reasons.
-    Stale(Vec<String>),
+    Stale(Vec<StaleReason>),
+}
+
+/// Why the key of an instance cannot be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum IngredientsError {
+    /// The registry has no kind of this name.
+    #[error("unknown stage kind `{kind}`")]
+    UnknownKind {
+        /// The kind's name.
+        kind: String,
+    },
+    /// A producer has not (yet) produced the output an input reads.
+    #[error("input `{input}`: `{producer}` has not produced `{output}`")]
+    NotProduced {
+        /// The consumer's input.
+        input: String,
+        /// The producing instance.
+        producer: String,
+        /// The output it lacks.
+        output: String,
+    },
+    /// A dependency file could not be hashed.
+    #[error("dependency file {}: {source}", path.display())]
+    DepFile {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
 }
 
 /// Computes the key ingredients of instance `idx`, given the outputs of its
-/// producers (`outputs[p]` must be set for every producer `p`).
-pub fn ingredients(
+/// producers (`outputs(p)` must give them for every producer `p`).
+pub fn ingredients<'o>(
     plan: &Plan,
     registry: &Registry,
     store: &Store,
     idx: usize,
-    outputs: &[Option<Outputs>],
-) -> Result<KeyIngredients, String> {
+    outputs: impl Fn(usize) -> Option<&'o Outputs>,
+) -> Result<KeyIngredients, IngredientsError> {
     let inst = &plan.pipeline.instances[idx];
     let kind = registry
         .get(&inst.kind)
-        .ok_or_else(|| format!("unknown stage kind `{}`", inst.kind))?;
+        .ok_or_else(|| IngredientsError::UnknownKind {
+            kind: inst.kind.clone(),
+        })?;
     let mut ing = KeyIngredients {
         kind: inst.kind.clone(),
         code: kind.fingerprint(),
@@ -52,14 +84,12 @@ pub fn ingredients(
     for (name, refs) in &inst.inputs {
         let mut hashes = Vec::with_capacity(refs.len());
         for r in refs {
-            let hash = outputs[r.producer]
-                .as_ref()
+            let hash = outputs(r.producer)
                 .and_then(|o| o.get(&r.output))
-                .ok_or_else(|| {
-                    format!(
-                        "input `{name}`: `{}` has not produced `{}`",
-                        plan.pipeline.instances[r.producer].name, r.output
-                    )
+                .ok_or_else(|| IngredientsError::NotProduced {
+                    input: name.clone(),
+                    producer: plan.pipeline.instances[r.producer].name.clone(),
+                    output: r.output.clone(),
                 })?;
             hashes.push(hash.clone());
         }
@@ -69,7 +99,10 @@ pub fn ingredients(
         let hash = store
             .stat_cache()
             .hash(path)
-            .map_err(|e| format!("dependency file {}: {e}", path.display()))?;
+            .map_err(|source| IngredientsError::DepFile {
+                path: path.clone(),
+                source,
+            })?;
         ing.deps
             .insert(display_relative(path, &plan.pipeline.base_dir), hash);
     }
@@ -92,25 +125,16 @@ pub fn check(
     forced: bool,
 ) -> Freshness {
     if forced {
-        return Freshness::Stale(vec!["forced: --force was given".to_owned()]);
+        return Freshness::Stale(vec![StaleReason::Forced]);
     }
     let key = ingredients.key();
     match store.lookup(&key) {
         Ok(Some(record)) => {
-            let mut problems = Vec::new();
-            for (output, hash) in &record.outputs {
-                match store.integrity(hash) {
-                    Integrity::Intact => {}
-                    Integrity::Missing => problems.push(format!(
-                        "output-missing: output `{output}` (artifact {}) is not in the store",
-                        short(hash)
-                    )),
-                    Integrity::Corrupt(why) => problems.push(format!(
-                        "output-missing: output `{output}` (artifact {}) is damaged: {why}",
-                        short(hash)
-                    )),
-                }
-            }
+            let problems: Vec<StaleReason> = record
+                .outputs
+                .iter()
+                .filter_map(|(output, hash)| damage(store, output, hash))
+                .collect();
             if problems.is_empty() {
                 Freshness::Fresh(record.outputs)
             } else {
@@ -118,91 +142,106 @@ pub fn check(
             }
         }
         Ok(None) => Freshness::Stale(explain(lock.get(name), ingredients)),
-        Err(e) => Freshness::Stale(vec![format!("output-missing: {e}")]),
+        Err(e) => Freshness::Stale(vec![StaleReason::RecordUnreadable {
+            error: e.to_string(),
+        }]),
     }
 }
 
-/// Why the key changed since the locked run, as reason strings.
-pub fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<String> {
+/// What is wrong with artifact `hash` of output `output`, if anything.
+fn damage(store: &Store, output: &str, hash: &str) -> Option<StaleReason> {
+    let (output, artifact) = (output.to_owned(), hash.to_owned());
+    match store.integrity(hash) {
+        Integrity::Intact => None,
+        Integrity::Missing => Some(StaleReason::OutputMissing { output, artifact }),
+        Integrity::Corrupt(problem) => Some(StaleReason::OutputDamaged {
+            output,
+            artifact,
+            problem,
+        }),
+    }
+}
+
+/// Why the key changed since the locked run.
+pub fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<StaleReason> {
     let Some(entry) = entry else {
-        return vec!["never-run: no result recorded in cwm.lock".to_owned()];
+        return vec![StaleReason::NeverRun];
     };
     let mut reasons = Vec::new();
     if entry.kind != ing.kind {
-        reasons.push(format!(
-            "code: stage kind changed {} → {}",
-            entry.kind, ing.kind
-        ));
+        reasons.push(StaleReason::KindChanged {
+            old: entry.kind.clone(),
+            new: ing.kind.clone(),
+        });
     } else if entry.code != ing.code {
-        reasons.push(format!(
-            "code: the code of stage kind `{}` changed ({} → {})",
-            ing.kind,
-            code_digest(&entry.code),
-            code_digest(&ing.code)
-        ));
+        reasons.push(StaleReason::CodeChanged {
+            kind: ing.kind.clone(),
+            old: entry.code.clone(),
+            new: ing.code.clone(),
+        });
     }
-    for (name, new) in &ing.params {
-        match entry.params.get(name) {
-            Some(old) if old == new => {}
-            Some(old) => reasons.push(format!("params: {name} changed {old} → {new}")),
-            None => reasons.push(format!("params: {name} added ({new})")),
-        }
+    for change in diff(&entry.params, &ing.params) {
+        reasons.push(match change {
+            Change::Changed(name, old, new) => StaleReason::ParamChanged { name, old, new },
+            Change::Added(name, value) => StaleReason::ParamAdded { name, value },
+            Change::Removed(name, old) => StaleReason::ParamRemoved { name, old },
+        });
     }
-    for (name, old) in &entry.params {
-        if !ing.params.contains_key(name) {
-            reasons.push(format!("params: {name} removed (was {old})"));
-        }
+    for change in diff(&entry.inputs, &ing.inputs) {
+        reasons.push(match change {
+            Change::Changed(name, old, new) => StaleReason::InputChanged { name, old, new },
+            Change::Added(name, _) => StaleReason::InputAdded { name },
+            Change::Removed(name, _) => StaleReason::InputRemoved { name },
+        });
     }
-    for (name, new) in &ing.inputs {
-        match entry.inputs.get(name) {
-            Some(old) if old == new => {}
-            Some(old) => reasons.push(format!(
-                "input: `{name}` changed ({} → {})",
-                short_list(old),
-                short_list(new)
-            )),
-            None => reasons.push(format!("input: `{name}` added")),
-        }
-    }
-    for name in entry.inputs.keys() {
-        if !ing.inputs.contains_key(name) {
-            reasons.push(format!("input: `{name}` removed"));
-        }
-    }
-    for (path, new) in &ing.deps {
-        match entry.deps.get(path) {
-            Some(old) if old == new => {}
-            Some(_) => reasons.push(format!("input: dependency file {path} changed")),
-            None => reasons.push(format!("input: dependency file {path} added")),
-        }
-    }
-    for path in entry.deps.keys() {
-        if !ing.deps.contains_key(path) {
-            reasons.push(format!("input: dependency file {path} removed"));
-        }
+    for change in diff(&entry.deps, &ing.deps) {
+        reasons.push(match change {
+            Change::Changed(path, ..) => StaleReason::DepChanged { path },
+            Change::Added(path, _) => StaleReason::DepAdded { path },
+            Change::Removed(path, _) => StaleReason::DepRemoved { path },
+        });
     }
     if reasons.is_empty() {
-        reasons.push(format!(
-            "output-missing: no result for key {} in the store (pull it or rerun)",
-            short(&ing.key())
-        ));
+        reasons.push(StaleReason::NotInStore { key: ing.key() });
     }
     reasons
 }
 
-/// A short digest of a code fingerprint (which may be a composite string).
-fn code_digest(code: &str) -> String {
-    blake3::hash(code.as_bytes()).to_hex()[..12].to_owned()
+/// One difference between a locked map and the current one.
+enum Change<V> {
+    /// (name, old, new).
+    Changed(String, V, V),
+    /// (name, new).
+    Added(String, V),
+    /// (name, old).
+    Removed(String, V),
+}
+
+/// The differences from `old` to `new`: changed and added entries in `new`'s
+/// order, then removed ones in `old`'s.
+fn diff<V: Clone + PartialEq>(
+    old: &BTreeMap<String, V>,
+    new: &BTreeMap<String, V>,
+) -> Vec<Change<V>> {
+    let mut changes = Vec::new();
+    for (name, value) in new {
+        match old.get(name) {
+            Some(was) if was == value => {}
+            Some(was) => changes.push(Change::Changed(name.clone(), was.clone(), value.clone())),
+            None => changes.push(Change::Added(name.clone(), value.clone())),
+        }
+    }
+    for (name, was) in old {
+        if !new.contains_key(name) {
+            changes.push(Change::Removed(name.clone(), was.clone()));
+        }
+    }
+    changes
 }
 
 /// The first 12 hex digits of a hash, for messages.
 pub fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
-}
-
-fn short_list(hashes: &[String]) -> String {
-    let parts: Vec<&str> = hashes.iter().map(|h| short(h)).collect();
-    parts.join(",")
 }
 
 #[cfg(test)]
@@ -224,20 +263,17 @@ mod tests {
     fn reasons_name_what_changed_with_old_and_new_values() {
         let old = ingredients("code-a", "0.0001", "h1");
         let entry = LockEntry::new("train", &old.key(), &old, &BTreeMap::new());
-        assert_eq!(
-            explain(None, &old),
-            ["never-run: no result recorded in cwm.lock"]
-        );
+        assert_eq!(explain(None, &old), [StaleReason::NeverRun]);
         let new = ingredients("code-b", "0.0003", "h2");
-        let reasons = explain(Some(&entry), &new);
+        let reasons: Vec<String> = explain(Some(&entry), &new)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(reasons[0].starts_with("code: the code of stage kind `train` changed ("));
         assert_eq!(reasons[1], "params: lr changed 0.0001 → 0.0003");
         assert_eq!(reasons[2], "input: `data` changed (h1 → h2)");
         let same = explain(Some(&entry), &old);
-        assert!(
-            same[0].starts_with("output-missing: no result for key"),
-            "{same:?}"
-        );
+        assert_eq!(same, [StaleReason::NotInStore { key: old.key() }]);
     }
 }

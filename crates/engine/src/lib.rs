@@ -18,6 +18,7 @@ pub mod lockfile;
 pub mod maintenance;
 pub mod pipeline;
 pub mod plan;
+pub mod reason;
 pub mod registry;
 pub mod remote;
 pub mod status;

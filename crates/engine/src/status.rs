@@ -3,6 +3,7 @@
 use crate::freshness::{self, Freshness, Outputs};
 use crate::lockfile::LockFile;
 use crate::plan::Plan;
+use crate::reason::StaleReason;
 use crate::registry::Registry;
 use crate::store::Store;
 
@@ -13,9 +14,8 @@ pub struct StageStatus {
     pub stage: String,
     /// `fresh` or `stale`.
     pub state: &'static str,
-    /// Why it is stale; each starts with `params`, `code`, `input`,
-    /// `output-missing`, `never-run` or `forced`.
-    pub reasons: Vec<String>,
+    /// Why it is stale (written to JSON as their texts).
+    pub reasons: Vec<StaleReason>,
     /// The instance's cache key, when its inputs are known (not shown by `status --json`).
     #[serde(skip)]
     pub key: Option<String>,
@@ -33,22 +33,22 @@ pub fn status(
     let mut result = Vec::with_capacity(n);
     for &idx in &plan.order {
         let inst = &plan.pipeline.instances[idx];
-        let stale_inputs: Vec<String> = inst
+        let stale_inputs: Vec<StaleReason> = inst
             .inputs
             .iter()
             .flat_map(|(input, refs)| refs.iter().map(move |r| (input, r)))
             .filter(|(_, r)| outputs[r.producer].is_none())
-            .map(|(input, r)| {
-                format!(
-                    "input: `{input}` comes from `{}`, which is stale",
-                    plan.pipeline.instances[r.producer].name
-                )
+            .map(|(input, r)| StaleReason::ProducerStale {
+                input: input.clone(),
+                producer: plan.pipeline.instances[r.producer].name.clone(),
             })
             .collect();
         let mut key = None;
         let reasons = if stale_inputs.is_empty() {
-            match freshness::ingredients(plan, registry, store, idx, &outputs) {
-                Err(e) => vec![format!("input: {e}")],
+            match freshness::ingredients(plan, registry, store, idx, |p| outputs[p].as_ref()) {
+                Err(e) => vec![StaleReason::KeyUnknown {
+                    error: e.to_string(),
+                }],
                 Ok(ing) => {
                     key = Some(ing.key());
                     match freshness::check(store, lock, &inst.name, &ing, false) {
