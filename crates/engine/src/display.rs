@@ -47,7 +47,7 @@ impl Display {
     }
 
     /// Prints a line above any progress bars.
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         match &self.multi {
             Some(multi) if !self.to_stderr => {
                 let _ = multi.suspend(|| {
@@ -68,7 +68,7 @@ impl Display {
     }
 
     /// A stage started.
-    pub fn started(&mut self, idx: usize, name: &str) {
+    pub(crate) fn started(&mut self, idx: usize, name: &str) {
         if let Some(multi) = &self.multi {
             let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(
@@ -85,7 +85,7 @@ impl Display {
     }
 
     /// A progress event from stage `idx`.
-    pub fn progress(&mut self, idx: usize, name: &str, event: ProgressEvent) {
+    pub(crate) fn progress(&mut self, idx: usize, name: &str, event: ProgressEvent) {
         if let Some(bar) = self.bars.get(&idx) {
             match event {
                 ProgressEvent::Total(total) => {
@@ -126,7 +126,7 @@ impl Display {
     }
 
     /// Stage `idx` finished (ran, failed or was cancelled); prints `text`.
-    pub fn finished(&mut self, idx: usize, text: &str) {
+    pub(crate) fn finished(&mut self, idx: usize, text: &str) {
         if let Some(bar) = self.bars.remove(&idx) {
             bar.finish_and_clear();
             if let Some(multi) = &self.multi {
@@ -139,7 +139,7 @@ impl Display {
 }
 
 /// A duration as a person reads it: `850ms`, `12.3s`, `4m05s`, `2h03m`.
-pub fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     let secs = d.as_secs_f64();
     if secs < 1.0 {
         format!("{}ms", d.as_millis())

@@ -67,7 +67,7 @@ pub struct RunOptions {
 
 /// What happened to one instance.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Its result was already in the store.
     Cached,
     /// It ran for this long.
@@ -95,7 +95,7 @@ impl Outcome {
 
 /// Why an instance did not run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// This producer failed or was skipped.
     ProducerUnfinished(String),
     /// A failure stopped the run from launching more stages.
@@ -113,7 +113,7 @@ impl fmt::Display for SkipReason {
 
 /// Why one stage failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StageFailure {
+pub(crate) enum StageFailure {
     /// Its key could not be computed.
     #[error(transparent)]
     Key(#[from] IngredientsError),
@@ -132,7 +132,7 @@ pub enum StageFailure {
 
 /// How a stage's own code failed.
 #[derive(Debug, thiserror::Error)]
-pub enum StageFault {
+pub(crate) enum StageFault {
     /// It returned an error.
     #[error(transparent)]
     Error(#[from] StageError),
@@ -143,7 +143,7 @@ pub enum StageFault {
 
 /// The last lines of a failed stage's log and where the whole log was kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogTail {
+pub(crate) struct LogTail {
     /// Up to the last 5 lines, in order.
     pub lines: Vec<String>,
     /// `artifacts/failed/<instance>.log`, if it could be written.
@@ -183,7 +183,7 @@ impl fmt::Display for LogTail {
 }
 
 /// Why a run could not start or go on. A stage's own failure is not one:
-/// it is that stage's [`Outcome`].
+/// it is that stage's outcome in the [`RunReport`].
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// `--only`, `--from` or `--force` names no instance.
@@ -210,7 +210,7 @@ pub enum RunError {
 #[derive(Debug, Default)]
 pub struct RunReport {
     /// (instance name, outcome).
-    pub outcomes: Vec<(String, Outcome)>,
+    pub(crate) outcomes: Vec<(String, Outcome)>,
 }
 
 impl RunReport {

@@ -17,11 +17,11 @@ use crate::registry::Registry;
 use crate::store::{Integrity, Store};
 
 /// Output name -> artifact hash of one finished instance.
-pub type Outputs = BTreeMap<String, String>;
+pub(crate) type Outputs = BTreeMap<String, String>;
 
 /// Fresh (with its outputs) or stale (with reasons).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Freshness {
+pub(crate) enum Freshness {
     /// Up to date; these are its outputs.
     Fresh(Outputs),
     /// Needs to run, for these reasons.
@@ -30,7 +30,7 @@ pub enum Freshness {
 
 /// Why the key of an instance cannot be computed.
 #[derive(Debug, thiserror::Error)]
-pub enum IngredientsError {
+pub(crate) enum IngredientsError {
     /// The registry has no kind of this name.
     #[error("unknown stage kind `{kind}`")]
     UnknownKind {
@@ -59,7 +59,7 @@ pub enum IngredientsError {
 
 /// Computes the key ingredients of instance `idx`, given the outputs of its
 /// producers (`outputs(p)` must give them for every producer `p`).
-pub fn ingredients<'o>(
+pub(crate) fn ingredients<'o>(
     plan: &Plan,
     registry: &Registry,
     store: &Store,
@@ -117,7 +117,7 @@ fn display_relative(path: &Path, base: &Path) -> String {
 }
 
 /// Whether instance `name` with these ingredients is fresh in `store`.
-pub fn check(
+pub(crate) fn check(
     store: &Store,
     lock: &LockFile,
     name: &str,
@@ -163,7 +163,7 @@ fn damage(store: &Store, output: &str, hash: &str) -> Option<StaleReason> {
 }
 
 /// Why the key changed since the locked run.
-pub fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<StaleReason> {
+pub(crate) fn explain(entry: Option<&LockEntry>, ing: &KeyIngredients) -> Vec<StaleReason> {
     let Some(entry) = entry else {
         return vec![StaleReason::NeverRun];
     };

@@ -7,13 +7,13 @@
 //! See `docs/architecture.md`.
 //!
 //! Flow: [`pipeline`] (YAML → validated instances) → [`plan`] (ordered DAG)
-//! → [`freshness`] (keys from [`key`], looked up in [`store`], explained
+//! → [`freshness`] (keys from `key`, looked up in [`store`], explained
 //! against [`lockfile`]) → [`executor`] (runs what is stale) → [`display`].
 
 pub mod display;
 pub mod executor;
 pub mod freshness;
-pub mod key;
+pub(crate) mod key;
 pub mod lockfile;
 pub mod maintenance;
 pub mod pipeline;

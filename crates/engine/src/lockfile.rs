@@ -18,7 +18,7 @@ use crate::key::KeyIngredients;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LockFile {
     /// Format version.
-    pub version: u32,
+    pub(crate) version: u32,
     /// One entry per instance, in pipeline order.
     #[serde(default, rename = "stage")]
     pub stages: Vec<LockEntry>,
@@ -30,29 +30,29 @@ pub struct LockEntry {
     /// Instance name.
     pub name: String,
     /// Stage kind.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The cache key.
     pub key: String,
     /// The kind's code fingerprint.
-    pub code: String,
+    pub(crate) code: String,
     /// Digest of the canonical params.
-    pub params_digest: String,
+    pub(crate) params_digest: String,
     /// Param name -> canonical value.
     #[serde(default)]
-    pub params: BTreeMap<String, String>,
+    pub(crate) params: BTreeMap<String, String>,
     /// Input name -> artifact hashes.
     #[serde(default)]
-    pub inputs: BTreeMap<String, Vec<String>>,
+    pub(crate) inputs: BTreeMap<String, Vec<String>>,
     /// Dependency file -> blake3.
     #[serde(default)]
-    pub deps: BTreeMap<String, String>,
+    pub(crate) deps: BTreeMap<String, String>,
     /// Output name -> artifact hash.
     pub outputs: BTreeMap<String, String>,
 }
 
 impl LockEntry {
     /// An entry from a finished instance.
-    pub fn new(
+    pub(crate) fn new(
         name: &str,
         key: &str,
         ingredients: &KeyIngredients,
@@ -125,7 +125,7 @@ impl LockFile {
     }
 
     /// Writes the lock file atomically, only if its contents change.
-    pub fn write(&self, path: &Path) -> Result<(), LockError> {
+    pub(crate) fn write(&self, path: &Path) -> Result<(), LockError> {
         let body = toml::to_string(self).map_err(|e| LockError::Invalid {
             path: path.to_path_buf(),
             message: e.to_string(),

@@ -225,7 +225,7 @@ fn abandoned_partials(store: &Store, stale_keys: Option<&BTreeSet<String>>) -> V
 
 /// The record of one `cwm run`, kept in `artifacts/runs/` for `gc --keep-last`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord {
+pub(crate) struct RunRecord {
     /// When the run finished, RFC 3339.
     pub finished: String,
     /// Instance name -> key of every instance that finished in the run.
@@ -236,7 +236,7 @@ pub struct RunRecord {
 
 impl Store {
     /// Records a finished run (for `gc --keep-last`).
-    pub fn record_run(&self, instances: BTreeMap<String, String>) -> Result<(), StoreError> {
+    pub(crate) fn record_run(&self, instances: BTreeMap<String, String>) -> Result<(), StoreError> {
         if instances.is_empty() {
             return Ok(());
         }
@@ -265,7 +265,7 @@ impl Store {
     }
 
     /// Recorded runs, oldest first.
-    pub fn runs(&self) -> Vec<RunRecord> {
+    pub(crate) fn runs(&self) -> Vec<RunRecord> {
         let Ok(entries) = fs::read_dir(self.root().join("runs")) else {
             return Vec::new();
         };
@@ -282,7 +282,7 @@ impl Store {
     }
 
     /// Every key record, by key (unreadable ones skipped).
-    pub fn key_records(&self) -> BTreeMap<String, KeyRecord> {
+    pub(crate) fn key_records(&self) -> BTreeMap<String, KeyRecord> {
         let Ok(entries) = fs::read_dir(self.root().join("keys")) else {
             return BTreeMap::new();
         };

@@ -14,9 +14,9 @@ use crate::pipeline::{Diagnostic, Diagnostics, Pipeline, Selector};
 #[error("no stage or instance named `{selector}` (stages: {})", stages.join(", "))]
 pub struct UnknownSelector {
     /// The selector as given.
-    pub selector: String,
+    pub(crate) selector: String,
     /// The pipeline's stages, in declaration order.
-    pub stages: Vec<String>,
+    pub(crate) stages: Vec<String>,
 }
 
 /// A validated pipeline with its dependency graph.
@@ -27,9 +27,9 @@ pub struct Plan {
     /// Instance indices in a valid execution order.
     pub order: Vec<usize>,
     /// For each instance, the distinct producers it reads from.
-    pub deps: Vec<Vec<usize>>,
+    pub(crate) deps: Vec<Vec<usize>>,
     /// For each instance, the distinct consumers of its outputs.
-    pub consumers: Vec<Vec<usize>>,
+    pub(crate) consumers: Vec<Vec<usize>>,
 }
 
 impl Plan {
@@ -100,7 +100,7 @@ impl Plan {
     }
 
     /// The selected instances and everything downstream of them.
-    pub fn with_descendants(&self, selected: &[usize]) -> Vec<usize> {
+    pub(crate) fn with_descendants(&self, selected: &[usize]) -> Vec<usize> {
         let mut keep = vec![false; self.deps.len()];
         let mut stack: Vec<usize> = selected.to_vec();
         while let Some(i) = stack.pop() {

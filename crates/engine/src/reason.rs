@@ -3,7 +3,7 @@
 //! A reason is shown to people by its [`Display`](fmt::Display) and written
 //! to JSON (`cwm status --json`) by its [`Serialize`], which writes the same
 //! text: nothing else formats a reason. Each text starts with the reason's
-//! [category](StaleReason::category): `params`, `code`, `input`,
+//! category: `params`, `code`, `input`,
 //! `output-missing`, `never-run` or `forced`.
 
 use std::fmt;
@@ -139,7 +139,7 @@ pub enum StaleReason {
 
 impl StaleReason {
     /// The reason's category, the first word of its text.
-    pub fn category(&self) -> &'static str {
+    pub(crate) fn category(&self) -> &'static str {
         use StaleReason::*;
         match self {
             Forced => "forced",

@@ -18,7 +18,7 @@ impl Registry {
     }
 
     /// The kind named `name`.
-    pub fn get(&self, name: &str) -> Option<&dyn StageKind> {
+    pub(crate) fn get(&self, name: &str) -> Option<&dyn StageKind> {
         self.kinds
             .iter()
             .find(|k| k.name() == name)
@@ -26,7 +26,7 @@ impl Registry {
     }
 
     /// All kind names, in registration order.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub(crate) fn names(&self) -> Vec<&'static str> {
         self.kinds.iter().map(|k| k.name()).collect()
     }
 

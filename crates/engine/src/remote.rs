@@ -19,8 +19,8 @@
 //! remote, content-addressed objects are written with create-if-absent where
 //! the service supports it, and the manifest only after the data.
 //!
-//! Transfers stream: a file of [`MULTIPART_PART_BYTES`] or more goes up as a
-//! multipart upload read from disk part by part ([`MULTIPART_CONCURRENCY`]
+//! Transfers stream: a file of `MULTIPART_PART_BYTES` or more goes up as a
+//! multipart upload read from disk part by part (`MULTIPART_CONCURRENCY`
 //! parts in flight), and downloads are written to the staging directory chunk
 //! by chunk while their size and blake3 are computed, so memory stays bounded
 //! by a few parts whatever the artifact's size. A multipart upload becomes
@@ -110,10 +110,10 @@ pub struct Transfer {
 }
 
 /// Files of at least this many bytes are uploaded in parts of this size.
-pub const MULTIPART_PART_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MULTIPART_PART_BYTES: usize = 16 * 1024 * 1024;
 
 /// Parts of one multipart upload in flight at once.
-pub const MULTIPART_CONCURRENCY: usize = 4;
+pub(crate) const MULTIPART_CONCURRENCY: usize = 4;
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
 fn read_full(file: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -1,16 +1,16 @@
 //! The pipeline file, in two levels: located YAML, then validated instances.
 //!
-//! Flow: [`yaml::parse`] reads the text into located nodes (anchors, aliases
+//! Flow: `yaml::parse` reads the text into located nodes (anchors, aliases
 //! and merge keys resolved); [`load`] substitutes `${vars}`, expands every
 //! `matrix:` into instances, checks every stage kind, param, input and output
-//! name against the [`Registry`](crate::registry::Registry), and returns a
+//! name against the [`Registry`], and returns a
 //! [`Pipeline`] or *all* the problems found, each with file:line:column.
 //! Cycles are found by [`crate::plan`], which orders the instances.
 
 mod decl;
 mod expand;
 mod selector;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,12 +20,13 @@ use cwm_stage::{ParamValue, Params};
 
 use crate::registry::Registry;
 use decl::{StageDecl, Vars};
-pub use selector::{Override, OverrideError, Reference, Selector};
+pub(crate) use selector::Selector;
+pub use selector::{Override, OverrideError};
 use yaml::{Loc, Located, Node};
 
 /// One problem in a pipeline file, with where it is.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diagnostic {
+pub(crate) struct Diagnostic {
     /// The pipeline file.
     pub file: PathBuf,
     /// Line and column (0:0 when unknown, e.g. for command-line overrides).
@@ -46,7 +47,7 @@ impl fmt::Display for Diagnostic {
 
 /// Every problem found in a pipeline file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diagnostics(pub Vec<Diagnostic>);
+pub struct Diagnostics(pub(crate) Vec<Diagnostic>);
 
 impl fmt::Display for Diagnostics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -77,27 +78,27 @@ pub struct Instance {
     /// Unique name, e.g. `parse` or `train[arch=slice,size=d128]`.
     pub name: String,
     /// The stage's name in the file (`train` for every cell of its matrix).
-    pub stage: String,
+    pub(crate) stage: String,
     /// The stage kind (`uses:`).
     pub kind: String,
     /// This cell's matrix values, in the matrix's order.
-    pub matrix: Vec<(String, ParamValue)>,
+    pub(crate) matrix: Vec<(String, ParamValue)>,
     /// Validated params, defaults filled in, matrix values included.
     pub params: Params,
     /// Inputs by name; a matrix producer contributes one ref per cell.
     pub inputs: BTreeMap<String, Vec<InputRef>>,
     /// Files whose content joins the key: `deps:` plus the kind's external files,
     /// resolved against the pipeline directory.
-    pub deps: Vec<PathBuf>,
+    pub(crate) deps: Vec<PathBuf>,
     /// Where the stage is declared.
-    pub loc: Loc,
+    pub(crate) loc: Loc,
 }
 
 /// A validated pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     /// The pipeline file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its directory: relative paths and `artifacts/` live here.
     pub base_dir: PathBuf,
     /// Instances in declaration order (matrix cells in row-major order).
@@ -114,7 +115,7 @@ impl Pipeline {
 
     /// Indices of the instances `selector` names: one matrix cell, or all
     /// the cells of a stage.
-    pub fn select(&self, selector: &Selector) -> Vec<usize> {
+    pub(crate) fn select(&self, selector: &Selector) -> Vec<usize> {
         (0..self.instances.len())
             .filter(|&i| selector.selects(&self.instances[i].name, &self.instances[i].stage))
             .collect()
@@ -301,7 +302,7 @@ fn valid_stage_name(name: &str) -> bool {
 }
 
 /// `train[arch=slice,size=d128]` for a matrix cell, `train` otherwise.
-pub fn instance_name(stage: &str, cell: &[(String, ParamValue)]) -> String {
+pub(crate) fn instance_name(stage: &str, cell: &[(String, ParamValue)]) -> String {
     if cell.is_empty() {
         return stage.to_owned();
     }

@@ -15,7 +15,7 @@ use std::fmt;
 
 /// A stage, or one matrix cell of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selector {
+pub(crate) struct Selector {
     /// The stage name as written (or the whole text, when it fits no grammar).
     pub stage: String,
     /// The text between the brackets, when one cell is named.
@@ -78,7 +78,7 @@ impl fmt::Display for Selector {
 
 /// A selector with an optional `.member`: an input's producer and output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reference {
+pub(crate) struct Reference {
     /// The instances referred to.
     pub target: Selector,
     /// The output named after the dot, if any.
@@ -123,11 +123,11 @@ impl fmt::Display for Reference {
 #[derive(Debug, Clone)]
 pub struct Override {
     /// The instances it applies to.
-    pub target: Selector,
+    pub(crate) target: Selector,
     /// The param name.
-    pub param: String,
+    pub(crate) param: String,
     /// The value, as YAML text.
-    pub value: String,
+    pub(crate) value: String,
 }
 
 /// An override that does not read `stage.param=value`.
@@ -135,7 +135,7 @@ pub struct Override {
 #[error("`{text}`: expected stage.param=value")]
 pub struct OverrideError {
     /// The override as given.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 impl std::str::FromStr for Override {

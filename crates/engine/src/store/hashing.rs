@@ -60,7 +60,7 @@ struct CachedHash {
 pub struct StatCache {
     entries: Mutex<HashMap<PathBuf, CachedHash>>,
     dirty: Mutex<bool>,
-    /// Files actually read and hashed through this cache (for tests and benches).
+    /// Files actually read and hashed through this cache (for tests).
     rehashed: Mutex<u64>,
 }
 
@@ -106,6 +106,7 @@ impl StatCache {
     }
 
     /// How many files were read and hashed through this cache.
+    #[cfg(test)]
     pub fn rehashed(&self) -> u64 {
         self.rehashed.lock().map(|n| *n).unwrap_or(0)
     }

@@ -20,7 +20,7 @@
 //!   moment leaves at most orphaned temp or object directories, never a key.
 //! - Nothing in `objects/` is modified after the rename.
 
-pub mod hashing;
+pub(crate) mod hashing;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -33,7 +33,9 @@ use cwm_formats::fs::{file_safe, write_atomic};
 use serde::{Deserialize, Serialize};
 
 use crate::key::KeyIngredients;
-use hashing::{FileEntry, StatCache};
+use hashing::StatCache;
+
+pub use hashing::FileEntry;
 
 /// Errors from the store.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +69,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
     /// Manifest format version.
-    pub format: u32,
+    pub(crate) format: u32,
     /// The artifact's content hash (digest of `files`).
     pub hash: String,
     /// Every file under `data/`, sorted by path.
@@ -98,14 +100,14 @@ pub struct Producer {
     /// Output name within the instance.
     pub output: String,
     /// The stage key.
-    pub key: String,
+    pub(crate) key: String,
     /// Everything the key was computed from.
-    pub ingredients: KeyIngredients,
+    pub(crate) ingredients: KeyIngredients,
 }
 
 /// The record of a finished stage: its key and output hashes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct KeyRecord {
+pub(crate) struct KeyRecord {
     /// Record format version.
     pub format: u32,
     /// The instance that produced it (informational: keys do not depend on names).
@@ -116,7 +118,7 @@ pub struct KeyRecord {
 
 /// The state of an artifact on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Integrity {
+pub(crate) enum Integrity {
     /// Every file is present with the recorded size and hash.
     Intact,
     /// The artifact directory or its manifest is absent.
@@ -127,7 +129,7 @@ pub enum Integrity {
 
 /// A directory where a running stage writes its outputs before commit.
 #[derive(Debug)]
-pub struct Staging {
+pub(crate) struct Staging {
     /// The staging root (`tmp/<pid>-<n>-<instance>`).
     pub root: PathBuf,
     /// Output name -> directory to fill.
@@ -138,7 +140,7 @@ pub struct Staging {
 
 /// What [`Store::commit`] needs besides the staged files.
 #[derive(Debug, Clone)]
-pub struct CommitInfo<'a> {
+pub(crate) struct CommitInfo<'a> {
     /// Instance name.
     pub instance: &'a str,
     /// The stage key.
@@ -184,12 +186,12 @@ impl Store {
     }
 
     /// The store's root directory.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The stat cache used for hashing files.
-    pub fn stat_cache(&self) -> &StatCache {
+    pub(crate) fn stat_cache(&self) -> &StatCache {
         &self.stat_cache
     }
 
@@ -201,12 +203,12 @@ impl Store {
 
     /// The partial-state directory of a key (`partial/<key>`): where a resumable stage keeps
     /// its state between interrupted runs (see `StageContext::partial_dir`). It may not exist.
-    pub fn partial_dir(&self, key: &str) -> PathBuf {
+    pub(crate) fn partial_dir(&self, key: &str) -> PathBuf {
         self.root.join("partial").join(key)
     }
 
     /// The keys that have a partial-state directory.
-    pub fn partial_keys(&self) -> Vec<String> {
+    pub(crate) fn partial_keys(&self) -> Vec<String> {
         let Ok(entries) = fs::read_dir(self.root.join("partial")) else {
             return Vec::new();
         };
@@ -219,7 +221,7 @@ impl Store {
     }
 
     /// Removes a key's partial state, if any.
-    pub fn remove_partial(&self, key: &str) -> Result<(), StoreError> {
+    pub(crate) fn remove_partial(&self, key: &str) -> Result<(), StoreError> {
         let dir = self.partial_dir(key);
         match fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
@@ -243,7 +245,7 @@ impl Store {
     }
 
     /// The record of a finished stage with this key, if any.
-    pub fn lookup(&self, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+    pub(crate) fn lookup(&self, key: &str) -> Result<Option<KeyRecord>, StoreError> {
         let path = self.key_path(key);
         match fs::read(&path) {
             Ok(bytes) => {
@@ -287,7 +289,7 @@ impl Store {
 
     /// Checks artifact `hash` against its manifest. Files whose stat matches
     /// the stat cache are not reread.
-    pub fn integrity(&self, hash: &str) -> Integrity {
+    pub(crate) fn integrity(&self, hash: &str) -> Integrity {
         let Ok(manifest) = self.manifest(hash) else {
             return Integrity::Missing;
         };
@@ -318,7 +320,7 @@ impl Store {
     /// Takes the exclusive lock of stage key `key`, waiting while another
     /// process holds it. Returns the lock and whether it had to wait. The lock
     /// is released when the returned guard is dropped (or the process dies).
-    pub fn lock_key(&self, key: &str) -> Result<(KeyLock, bool), StoreError> {
+    pub(crate) fn lock_key(&self, key: &str) -> Result<(KeyLock, bool), StoreError> {
         let path = self.root.join("locks").join(format!("{key}.lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -357,7 +359,7 @@ impl Store {
     }
 
     /// The exclusive lock on the whole store, held by `gc`.
-    pub fn lock_exclusive(&self) -> Result<KeyLock, StoreError> {
+    pub(crate) fn lock_exclusive(&self) -> Result<KeyLock, StoreError> {
         let file = self.store_lock_file()?;
         file.lock()
             .map_err(io_err(&self.root.join("locks/store.lock")))?;
@@ -379,7 +381,7 @@ impl Store {
     }
 
     /// Removes the record of `key` (atomically; a missing record is fine).
-    pub fn remove_key(&self, key: &str) -> Result<(), StoreError> {
+    pub(crate) fn remove_key(&self, key: &str) -> Result<(), StoreError> {
         let path = self.key_path(key);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -389,7 +391,7 @@ impl Store {
     }
 
     /// Moves artifact `hash` out of `objects/` in one rename, then deletes it.
-    pub fn remove_artifact(&self, hash: &str) -> Result<(), StoreError> {
+    pub(crate) fn remove_artifact(&self, hash: &str) -> Result<(), StoreError> {
         let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
         let doomed = self
             .root
@@ -401,7 +403,7 @@ impl Store {
     }
 
     /// Moves artifact `hash` to `quarantine/` in one rename; returns where.
-    pub fn quarantine(&self, hash: &str) -> Result<PathBuf, StoreError> {
+    pub(crate) fn quarantine(&self, hash: &str) -> Result<PathBuf, StoreError> {
         let qdir = self.root.join("quarantine");
         fs::create_dir_all(&qdir).map_err(io_err(&qdir))?;
         let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -412,7 +414,7 @@ impl Store {
     }
 
     /// The outputs recorded for `key` if every one of them is intact.
-    pub fn intact_outputs(&self, key: &str) -> Option<BTreeMap<String, String>> {
+    pub(crate) fn intact_outputs(&self, key: &str) -> Option<BTreeMap<String, String>> {
         let record = self.lookup(key).ok()??;
         record
             .outputs
@@ -422,7 +424,7 @@ impl Store {
     }
 
     /// Creates a fresh staging directory with one empty directory per output.
-    pub fn stage(&self, instance: &str, outputs: &[&str]) -> Result<Staging, StoreError> {
+    pub(crate) fn stage(&self, instance: &str, outputs: &[&str]) -> Result<Staging, StoreError> {
         let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
         // At most 64 characters of the name (all ASCII after `file_safe`).
         let mut safe = file_safe(instance);
@@ -451,7 +453,7 @@ impl Store {
 
     /// Hashes each staged output, moves it into `objects/` and finally writes
     /// the key record. Returns output name -> artifact hash.
-    pub fn commit(
+    pub(crate) fn commit(
         &self,
         staging: Staging,
         info: &CommitInfo,
@@ -552,7 +554,7 @@ impl Store {
     }
 
     /// Writes the record of a finished stage (atomically): the "done" mark.
-    pub fn write_key_record(&self, key: &str, record: &KeyRecord) -> Result<(), StoreError> {
+    pub(crate) fn write_key_record(&self, key: &str, record: &KeyRecord) -> Result<(), StoreError> {
         let path = self.key_path(key);
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Malformed {
             path: path.clone(),
@@ -564,7 +566,7 @@ impl Store {
     /// Installs an artifact whose files were downloaded into `staging`'s
     /// `data` output and verified against `manifest`: same atomic rename as a
     /// commit, and the stat cache learns the files.
-    pub fn install_pulled(
+    pub(crate) fn install_pulled(
         &self,
         staging: Staging,
         manifest: &Manifest,
@@ -592,7 +594,7 @@ impl Store {
     }
 
     /// Removes a staging directory after a failed run, keeping its log text.
-    pub fn discard(&self, staging: Staging) -> String {
+    pub(crate) fn discard(&self, staging: Staging) -> String {
         let log = fs::read_to_string(&staging.log).unwrap_or_default();
         let _ = fs::remove_dir_all(&staging.root);
         log
@@ -633,7 +635,7 @@ impl Store {
 
 /// Whether `path` is a relative `/`-separated path that stays inside its root:
 /// no leading `/`, no `..`, `.` or empty components, no backslashes or NULs.
-pub fn is_safe_relative(path: &str) -> bool {
+pub(crate) fn is_safe_relative(path: &str) -> bool {
     !path.is_empty()
         && !path.contains('\\')
         && !path.contains('\0')
@@ -643,7 +645,7 @@ pub fn is_safe_relative(path: &str) -> bool {
 }
 
 /// Whether `name` looks like a content hash (64 lowercase hex digits).
-pub fn is_hash(name: &str) -> bool {
+pub(crate) fn is_hash(name: &str) -> bool {
     name.len() == 64
         && name
             .bytes()
@@ -683,7 +685,7 @@ fn sync_dirs(root: &Path) -> Result<(), StoreError> {
 }
 
 /// This machine's host name.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_owned())
@@ -691,7 +693,7 @@ pub fn host_name() -> String {
 }
 
 /// `time` as RFC 3339 in UTC with millisecond precision.
-pub fn rfc3339(time: SystemTime) -> String {
+pub(crate) fn rfc3339(time: SystemTime) -> String {
     let since = time
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
