@@ -8,13 +8,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cwm_formats::fs::write_atomic;
 use serde::{Deserialize, Serialize};
 
 use crate::store::hashing::{self, hash_file};
-use crate::store::{KeyRecord, Store, StoreError, rfc3339};
+use crate::store::{FileEntry, KeyRecord, Manifest, Store, StoreError, rfc3339};
 
 /// One artifact found damaged by [`verify`].
 #[derive(Debug, Clone, Serialize)]
@@ -49,55 +49,14 @@ pub struct VerifyReport {
 pub fn verify(store: &Store, hashes: &BTreeSet<String>) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
     for hash in hashes {
-        let dir = store.artifact_dir(hash);
-        if !dir.exists() {
+        if !store.artifact_dir(hash).exists() {
             report.missing.push(hash.clone());
             continue;
         }
         report.checked += 1;
         let problem = match store.manifest(hash) {
             Err(e) => Some(format!("unreadable manifest: {e}")),
-            Ok(manifest) => {
-                let data = store.data_dir(hash);
-                let mut problem = None;
-                if manifest.hash != *hash || hashing::tree_digest(&manifest.files) != *hash {
-                    problem = Some("the manifest does not match the artifact's name".to_owned());
-                }
-                let on_disk = hashing::list_files(&data).unwrap_or_default();
-                if problem.is_none() && on_disk.len() != manifest.files.len() {
-                    problem = Some(format!(
-                        "{} files on disk, {} in the manifest",
-                        on_disk.len(),
-                        manifest.files.len()
-                    ));
-                }
-                for f in &manifest.files {
-                    if problem.is_some() {
-                        break;
-                    }
-                    let path = data.join(&f.path);
-                    match fs::metadata(&path) {
-                        Ok(meta) if meta.len() == f.size => match hash_file(&path, f.size) {
-                            Ok(h) if h == f.blake3 => {
-                                report.bytes += f.size;
-                                let _ = store.stat_cache().remember(&path, &h);
-                            }
-                            Ok(_) => problem = Some(format!("{}: content changed", f.path)),
-                            Err(e) => problem = Some(format!("{}: {e}", f.path)),
-                        },
-                        Ok(meta) => {
-                            problem = Some(format!(
-                                "{}: {} bytes, expected {}",
-                                f.path,
-                                meta.len(),
-                                f.size
-                            ))
-                        }
-                        Err(_) => problem = Some(format!("{}: missing", f.path)),
-                    }
-                }
-                problem
-            }
+            Ok(manifest) => rehash(store, hash, &manifest, &mut report.bytes).err(),
         };
         if let Some(reason) = problem {
             let keys_removed = remove_keys_naming(store, &BTreeSet::from([hash.clone()]))?;
@@ -111,6 +70,50 @@ pub fn verify(store: &Store, hashes: &BTreeSet<String>) -> Result<VerifyReport, 
         }
     }
     Ok(report)
+}
+
+/// Checks artifact `hash` against `manifest`, rehashing every file (and
+/// adding the bytes read to `bytes`); the first problem found, if any.
+fn rehash(store: &Store, hash: &str, manifest: &Manifest, bytes: &mut u64) -> Result<(), String> {
+    if manifest.hash != hash || hashing::tree_digest(&manifest.files) != hash {
+        return Err("the manifest does not match the artifact's name".to_owned());
+    }
+    let data = store.data_dir(hash);
+    let on_disk = hashing::list_files(&data).unwrap_or_default();
+    if on_disk.len() != manifest.files.len() {
+        return Err(format!(
+            "{} files on disk, {} in the manifest",
+            on_disk.len(),
+            manifest.files.len()
+        ));
+    }
+    for f in &manifest.files {
+        rehash_file(store, &data.join(&f.path), f)?;
+        *bytes += f.size;
+    }
+    Ok(())
+}
+
+/// Checks one file of an artifact against its manifest entry; a file that
+/// matches seeds the stat cache.
+fn rehash_file(store: &Store, path: &Path, f: &FileEntry) -> Result<(), String> {
+    let meta = fs::metadata(path).map_err(|_| format!("{}: missing", f.path))?;
+    if meta.len() != f.size {
+        return Err(format!(
+            "{}: {} bytes, expected {}",
+            f.path,
+            meta.len(),
+            f.size
+        ));
+    }
+    match hash_file(path, f.size) {
+        Ok(h) if h == f.blake3 => {
+            let _ = store.stat_cache().remember(path, &h);
+            Ok(())
+        }
+        Ok(_) => Err(format!("{}: content changed", f.path)),
+        Err(e) => Err(format!("{}: {e}", f.path)),
+    }
 }
 
 /// Removes every key record that names one of `hashes`; returns how many.
