@@ -254,7 +254,7 @@ pub struct Executor<'a> {
     pub store: &'a Store,
 }
 
-impl<'a> Executor<'a> {
+impl Executor<'_> {
     /// Runs the selected part of the plan. Errors are per-stage outcomes; an
     /// `Err` here means the run could not start (bad selector, unreadable lock).
     pub fn run(&self, options: &RunOptions, display: &mut Display) -> Result<RunReport, RunError> {
