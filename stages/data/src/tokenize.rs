@@ -35,8 +35,8 @@ use cwm_chess::encode::{
     unpack_move,
 };
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
-    StageError, StageKind, Threads,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
+    StageError, StageKind, ThreadsDecl,
 };
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowRowGroupWriterFactory, compute_leaves};
@@ -519,13 +519,17 @@ const INPUTS: &[InputSpec] = &[InputSpec::one(
     "a games artifact (split.train, split.val, parse.games, random_uniform)",
 )];
 
-impl StageKind for TokenizeStage {
-    fn name(&self) -> &'static str {
-        "tokenize"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "tokenize",
+    "writes training-ready shards: START + move ids and (T+1)x75 state labels per game",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS))
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "writes training-ready shards: START + move ids and (T+1)x75 state labels per game"
+impl StageKind for TokenizeStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -543,18 +547,6 @@ impl StageKind for TokenizeStage {
             ),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
