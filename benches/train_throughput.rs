@@ -130,28 +130,25 @@ fn torch_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
     }
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; a filter argument is not supported (use the env vars).
-    let threads = env_or(
-        "CWM_BENCH_THREADS",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-    );
-    let settings = Settings {
+/// The bench's settings, from the `CWM_BENCH_*` environment variables.
+fn settings_from_env() -> Settings {
+    Settings {
         batch: env_or("CWM_BENCH_BATCH", 32),
         seq: env_or("CWM_BENCH_SEQ", 128),
         warmup: env_or("CWM_BENCH_WARMUP", 2),
         steps: env_or("CWM_BENCH_STEPS", 5).max(1),
-        threads,
+        threads: env_or(
+            "CWM_BENCH_THREADS",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
         size: env_or("CWM_BENCH_SIZE", Size::D128),
         device: std::env::var("CWM_BENCH_DEVICE").unwrap_or_else(|_| "cpu".to_owned()),
-    };
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-    {
-        eprintln!("train_throughput: cannot size the rayon pool: {e}");
     }
-    let families: Vec<Family> = std::env::var("CWM_BENCH_FAMILIES")
+}
+
+/// The families to measure, from `CWM_BENCH_FAMILIES` (unknown names are reported and left out).
+fn families_from_env() -> Vec<Family> {
+    std::env::var("CWM_BENCH_FAMILIES")
         .unwrap_or_else(|_| "transformer,slice".to_owned())
         .split(',')
         .filter_map(|name| match name.trim().parse() {
@@ -161,8 +158,11 @@ fn main() {
                 None
             }
         })
-        .collect();
-    let with_torch = torch_available();
+        .collect()
+}
+
+/// The summary's heading and the table's header rows.
+fn table_header(settings: &Settings) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -193,36 +193,55 @@ fn main() {
         "|{:-<14}|{:-<14}|{:-<12}|{:-<14}|{:-<12}|{:-<24}|",
         "", "", "", "", "", ""
     );
+    text
+}
+
+/// Measures `family` in cwm (and in PyTorch if `with_torch`) and returns its table row.
+fn family_row(family: Family, settings: &Settings, with_torch: bool) -> String {
+    eprintln!("train_throughput: cwm {family} …");
+    let ours = cwm_throughput(family, settings);
+    let theirs = if with_torch {
+        eprintln!("train_throughput: torch {family} …");
+        torch_throughput(family, settings)
+    } else {
+        Err("not measured".to_owned())
+    };
+    let cell = |f: &Result<Figure, String>| match f {
+        Ok(f) => (
+            format!("{:.0}", f.tokens_per_s),
+            format!("{:.3}", f.median_step_s),
+        ),
+        Err(e) => {
+            eprintln!("train_throughput: {family}: {e}");
+            ("n/a".to_owned(), "n/a".to_owned())
+        }
+    };
+    let (a, b) = cell(&ours);
+    let (c, d) = cell(&theirs);
+    let ratio = match (&ours, &theirs) {
+        (Ok(o), Ok(t)) => format!("{:.2}×", o.tokens_per_s / t.tokens_per_s),
+        _ => "n/a".to_owned(),
+    };
+    format!(
+        "| {:<12} | {a:>12} | {b:>10} | {c:>12} | {d:>10} | {ratio:>22} |\n",
+        family.name()
+    )
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported (use the env vars).
+    let settings = settings_from_env();
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(settings.threads)
+        .build_global()
+    {
+        eprintln!("train_throughput: cannot size the rayon pool: {e}");
+    }
+    let families = families_from_env();
+    let with_torch = torch_available();
+    let mut text = table_header(&settings);
     for family in families {
-        eprintln!("train_throughput: cwm {family} …");
-        let ours = cwm_throughput(family, &settings);
-        let theirs = if with_torch {
-            eprintln!("train_throughput: torch {family} …");
-            torch_throughput(family, &settings)
-        } else {
-            Err("not measured".to_owned())
-        };
-        let cell = |f: &Result<Figure, String>| match f {
-            Ok(f) => (
-                format!("{:.0}", f.tokens_per_s),
-                format!("{:.3}", f.median_step_s),
-            ),
-            Err(e) => {
-                eprintln!("train_throughput: {family}: {e}");
-                ("n/a".to_owned(), "n/a".to_owned())
-            }
-        };
-        let (a, b) = cell(&ours);
-        let (c, d) = cell(&theirs);
-        let ratio = match (&ours, &theirs) {
-            (Ok(o), Ok(t)) => format!("{:.2}×", o.tokens_per_s / t.tokens_per_s),
-            _ => "n/a".to_owned(),
-        };
-        let _ = writeln!(
-            text,
-            "| {:<12} | {a:>12} | {b:>10} | {c:>12} | {d:>10} | {ratio:>22} |",
-            family.name()
-        );
+        text.push_str(&family_row(family, &settings, with_torch));
     }
     eprintln!("\n{text}");
     let dir = repo_root().join("target/criterion");

@@ -1,7 +1,8 @@
 //! Stage kinds for the engine's own tests: tiny, with no chess, models or shell behind them.
 
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError, StageKind,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError,
+    StageKind,
 };
 
 use crate::registry::Registry;
@@ -10,25 +11,17 @@ use crate::registry::Registry;
 /// It stands in for a user's `command` stage in pipeline and plan tests.
 pub(crate) struct Step;
 
+const STEP: KindDecl = KindDecl::new("step", "test kind: writes its params")
+    .params(&[ParamSpec::required("cmd", ParamType::Str, "any text")])
+    .extra_params()
+    .inputs(InputsDecl::Any);
+
 impl StageKind for Step {
-    fn name(&self) -> &'static str {
-        "step"
-    }
-    fn doc(&self) -> &'static str {
-        "test kind: writes its params"
+    fn decl(&self) -> &'static KindDecl {
+        &STEP
     }
     fn fingerprint(&self) -> String {
         "step-v1".into()
-    }
-    fn params(&self) -> &'static [ParamSpec] {
-        const P: &[ParamSpec] = &[ParamSpec::required("cmd", ParamType::Str, "any text")];
-        P
-    }
-    fn accepts_extra_params(&self) -> bool {
-        true
-    }
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Any
     }
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
         let path = ctx.output("out")?.join("params.txt");
@@ -40,33 +33,24 @@ impl StageKind for Step {
 /// `typed`: typed params and named inputs and outputs, for validation tests.
 pub(crate) struct Typed;
 
+const TYPED: KindDecl = KindDecl::new("typed", "test kind")
+    .params(&[
+        ParamSpec::required("n", ParamType::Int, "a count"),
+        ParamSpec::with_default("lr", ParamType::Float, ParamDefault::Float(0.1), "rate"),
+        ParamSpec::optional("arch", ParamType::Choice(&["slice", "gdn"]), "family"),
+    ])
+    .inputs(InputsDecl::Named(&[
+        InputSpec::one("data", "data").optional(),
+        InputSpec::many("runs", "runs").optional(),
+    ]))
+    .outputs(&["a", "b"]);
+
 impl StageKind for Typed {
-    fn name(&self) -> &'static str {
-        "typed"
-    }
-    fn doc(&self) -> &'static str {
-        "test kind"
+    fn decl(&self) -> &'static KindDecl {
+        &TYPED
     }
     fn fingerprint(&self) -> String {
         "typed".into()
-    }
-    fn params(&self) -> &'static [ParamSpec] {
-        const P: &[ParamSpec] = &[
-            ParamSpec::required("n", ParamType::Int, "a count"),
-            ParamSpec::with_default("lr", ParamType::Float, ParamDefault::Float(0.1), "rate"),
-            ParamSpec::optional("arch", ParamType::Choice(&["slice", "gdn"]), "family"),
-        ];
-        P
-    }
-    fn inputs(&self) -> InputsDecl {
-        const I: &[InputSpec] = &[
-            InputSpec::one("data", "data").optional(),
-            InputSpec::many("runs", "runs").optional(),
-        ];
-        InputsDecl::Named(I)
-    }
-    fn outputs(&self) -> &'static [&'static str] {
-        &["a", "b"]
     }
     fn run(&self, _ctx: &StageContext) -> Result<(), StageError> {
         Ok(())

@@ -4,7 +4,7 @@
 //! - Every family maps move ids `[batch, seq]` to the 1,878 logits of the 75 state labels at
 //!   every step (`Embedding(20482, d)` → family body → `Linear(d → 1878)`), spec A.3.
 //! - [`Model`] is the one type callers hold; [`Model::init`] builds any family from a
-//!   [`ModelConfig`]. Families plug in as described in the [`model`] module.
+//!   [`ModelConfig`]. Families plug in as described in `src/model.rs`.
 //! - [`state_loss`] is the reference's masked, micro-averaged cross-entropy (spec A.4);
 //!   [`correct_counts`] and [`StateMetrics`] give ExactState, Labelwise, Trajectory exactness
 //!   and prefix bins (spec A.5).
@@ -26,36 +26,49 @@
 //! ```
 #![deny(missing_docs)]
 
+// `checkpoint` and `interop` stay public: other crates name their items by path
+// (`checkpoint::CONFIG_FILE`, `interop::export_checkpoint`, ...).
 pub mod checkpoint;
-pub mod config;
-pub mod device;
-pub mod dropout;
-pub mod error;
-pub mod fused_loss;
-pub mod gdn;
-pub mod head;
+mod config;
+mod device;
+mod dropout;
+mod error;
+mod fused_loss;
+mod gdn;
+mod head;
 pub mod interop;
-pub mod loss;
-pub mod mamba;
-pub mod metrics;
-pub mod model;
-pub mod recurrent;
-pub mod slice;
-pub mod transformer;
+mod loss;
+mod mamba;
+mod metrics;
+mod model;
+mod recurrent;
+mod slice;
+mod transformer;
 
+// Exported: what other crates, tests, benches and examples use, and what the signatures and
+// docs of those items name.
 pub use checkpoint::{load_model, save_model};
 pub use config::{Family, ModelConfig, Rope, Scan, Size, default_chunk_size};
-pub use device::{CUDA_BUILT, device_by_name};
+pub use device::device_by_name;
 pub use error::ModelError;
 pub use head::{
-    EmbeddingInit, HEAD_OUT, HeadInit, HeadLogits, LABEL_GROUPS, LabelGroup, MOVE_VOCAB, N_LABELS,
-    PAD_TOKEN, START_TOKEN, input_embedding, label_classes, output_head, split_head, torch_linear,
+    HEAD_OUT, HeadLogits, LABEL_GROUPS, LabelGroup, N_LABELS, PAD_TOKEN, START_TOKEN,
+    label_classes, split_head, torch_linear,
 };
 pub use loss::{
     LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_with_kernel,
-    step_cross_entropy, step_cross_entropy_from_features, valid_mask,
+    step_cross_entropy, valid_mask,
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{Model, StateModel, params, params_of};
+
+// The families' building blocks, which the crate's tests check against hand computations.
+pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
+pub use mamba::{Mamba2Mixer, Mamba3Inputs, Mamba3Mixer, Mixer, Pairing, rotate};
+pub use recurrent::{
+    inverse_softplus, scalar_decay_chunked, scalar_decay_scan, scalar_decay_sequential,
+};
+pub use slice::SliceCell;
+pub use transformer::{apply_rope, rope_tables};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

@@ -146,7 +146,7 @@ pub enum LossKernel {
     /// burn's tensor operations, on any backend.
     Generic,
     /// The head and the cross-entropy with its gradient as one host computation
-    /// ([`crate::fused_loss`]); the logits are read back from the device, so it is meant for
+    /// (`src/fused_loss.rs`); the logits are read back from the device, so it is meant for
     /// the `flex` CPU backend.
     FusedCpu,
 }

@@ -6,9 +6,11 @@
 //!
 //! Design:
 //! - A [`StageKind`] is a reusable kind of step (`parse`, `train`, `command`,
-//!   ...). It declares typed parameters ([`ParamSpec`]), the inputs it takes
-//!   ([`InputsDecl`]), the named outputs it writes, a resource hint and a code
-//!   [fingerprint](StageKind::fingerprint) that joins the cache key.
+//!   ...). Its declaration, a [`KindDecl`] written as a `const`, names its typed
+//!   parameters ([`ParamSpec`]), the inputs it takes ([`InputsDecl`]), the named
+//!   outputs it writes and the threads it claims ([`ThreadsDecl`]); its code is a
+//!   [fingerprint](StageKind::fingerprint) that joins the cache key and
+//!   [`run`](StageKind::run).
 //! - The executor validates parameters against the declaration before
 //!   anything runs, so [`StageKind::run`] receives well-typed [`Params`].
 //! - A running stage sees only a [`StageContext`]: its params, its input
@@ -17,34 +19,34 @@
 //!   the store or the pipeline file.
 //!
 //! ```
-//! use cwm_stage::{Params, ParamSpec, ParamType, ParamValue, StageContext, StageError, StageKind, InputsDecl};
+//! use cwm_stage::{KindDecl, ParamSpec, ParamType, StageContext, StageError, StageKind};
 //!
 //! struct Hello;
+//!
+//! const HELLO: KindDecl = KindDecl::new("hello", "writes a greeting")
+//!     .params(&[ParamSpec::optional("who", ParamType::Str, "whom to greet")]);
+//!
 //! impl StageKind for Hello {
-//!     fn name(&self) -> &'static str { "hello" }
-//!     fn doc(&self) -> &'static str { "writes a greeting" }
+//!     fn decl(&self) -> &'static KindDecl { &HELLO }
 //!     fn fingerprint(&self) -> String { "hello-v1".into() }
-//!     fn params(&self) -> &'static [ParamSpec] {
-//!         const P: &[ParamSpec] = &[ParamSpec::optional("who", ParamType::Str, "whom to greet")];
-//!         P
-//!     }
-//!     fn inputs(&self) -> InputsDecl { InputsDecl::None }
 //!     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
 //!         let who = ctx.params().str_or("who", "world");
 //!         let path = ctx.output("out")?.join("greeting.txt");
 //!         std::fs::write(&path, format!("hello {who}\n")).map_err(|e| StageError::io(&path, e))
 //!     }
 //! }
-//! # let _ = Hello;
+//! # assert_eq!(Hello.name(), "hello");
 //! ```
 #![deny(missing_docs)]
 
 mod context;
+mod decl;
 mod error;
 mod params;
 mod progress;
 
 pub use context::{InputArtifact, StageContext, StageLog};
+pub use decl::{KindDecl, ThreadsDecl};
 pub use error::StageError;
 pub use params::{ParamDefault, ParamSpec, ParamType, ParamValue, Params};
 pub use progress::{Progress, ProgressEvent, ProgressSink};
@@ -58,19 +60,8 @@ pub enum Threads {
     All,
 }
 
-impl Threads {
-    /// The claim of a stage whose `threads` param ([`THREADS_PARAM`]) says how many worker
-    /// threads it uses: `n > 0` claims `n`, `0` (or no such param) claims all.
-    pub fn from_param(params: &Params) -> Threads {
-        match params.int("threads") {
-            Ok(n) if n > 0 => Threads::Fixed(n as usize),
-            _ => Threads::All,
-        }
-    }
-}
-
 /// The `threads` param of the stages that parallelise their own work (0 = all the executor
-/// has); read it with [`Threads::from_param`]. It is not part of what they compute, so it is
+/// has); a kind claims it with [`ThreadsDecl::Param`]. It is not part of what they compute, so it is
 /// [unkeyed](ParamSpec::unkeyed) and stages leave it out of anything else derived from their
 /// params.
 pub const THREADS_PARAM: ParamSpec = ParamSpec::with_default(
@@ -135,44 +126,26 @@ impl InputSpec {
     }
 }
 
-/// A kind of pipeline step, such as `parse` or `train`.
+/// A kind of pipeline step, such as `parse` or `train`: its declaration ([`KindDecl`]), the
+/// fingerprint of its code and the code itself.
 ///
 /// Implementations must be deterministic functions of (code, params, input
 /// contents) for the cache to be sound; a stage that is not (wall-clock
 /// timings in its output, say) still works, but defeats early cutoff.
+///
+/// The provided methods read the declaration, for the executor; kinds do not override them,
+/// except [`external_files`](StageKind::external_files), which is code.
 pub trait StageKind: Send + Sync {
-    /// The name used after `uses:` in the pipeline file.
-    fn name(&self) -> &'static str;
-
-    /// One line describing what the kind does, for `cwm` listings.
-    fn doc(&self) -> &'static str;
+    /// What the kind declares: name, doc, params, inputs, outputs and thread claim.
+    fn decl(&self) -> &'static KindDecl;
 
     /// A digest of the code that computes this kind's outputs: its crate's
     /// source fingerprint combined with those of the project crates it uses
     /// (see [`combine_fingerprints`]). It joins the cache key.
     fn fingerprint(&self) -> String;
 
-    /// The typed parameters this kind accepts.
-    fn params(&self) -> &'static [ParamSpec];
-
-    /// Whether parameters beyond [`StageKind::params`] are accepted (of any
-    /// scalar or list type). Only the `command` kind says yes.
-    fn accepts_extra_params(&self) -> bool {
-        false
-    }
-
-    /// The inputs this kind takes.
-    fn inputs(&self) -> InputsDecl;
-
-    /// The names of the outputs this kind writes; each becomes one artifact.
-    fn outputs(&self) -> &'static [&'static str] {
-        &["out"]
-    }
-
-    /// How many threads an instance with these params claims.
-    fn threads(&self, _params: &Params) -> Threads {
-        Threads::Fixed(1)
-    }
+    /// Runs the stage: reads inputs, writes every declared output directory.
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError>;
 
     /// Files outside the store whose *contents* join the cache key (for
     /// example a local file a `download` stage reads). Relative paths are
@@ -181,8 +154,42 @@ pub trait StageKind: Send + Sync {
         Vec::new()
     }
 
-    /// Runs the stage: reads inputs, writes every declared output directory.
-    fn run(&self, ctx: &StageContext) -> Result<(), StageError>;
+    /// The name used after `uses:` in the pipeline file ([`KindDecl::name`]).
+    fn name(&self) -> &'static str {
+        self.decl().name
+    }
+
+    /// One line describing what the kind does, for `cwm` listings ([`KindDecl::doc`]).
+    fn doc(&self) -> &'static str {
+        self.decl().doc
+    }
+
+    /// The typed parameters this kind accepts ([`KindDecl::params`]).
+    fn params(&self) -> &'static [ParamSpec] {
+        self.decl().params
+    }
+
+    /// Whether parameters beyond [`StageKind::params`] are accepted (of any
+    /// scalar or list type) ([`KindDecl::extra_params`]).
+    fn accepts_extra_params(&self) -> bool {
+        self.decl().extra_params
+    }
+
+    /// The inputs this kind takes ([`KindDecl::inputs`]).
+    fn inputs(&self) -> InputsDecl {
+        self.decl().inputs
+    }
+
+    /// The names of the outputs this kind writes; each becomes one artifact
+    /// ([`KindDecl::outputs`]).
+    fn outputs(&self) -> &'static [&'static str] {
+        self.decl().outputs
+    }
+
+    /// How many threads an instance with these params claims ([`KindDecl::claim`]).
+    fn threads(&self, params: &Params) -> Threads {
+        self.decl().claim(params)
+    }
 }
 
 /// The fingerprint of a subset of a crate's files, from the crate's
@@ -224,6 +231,94 @@ pub fn combine_fingerprints(parts: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Declared(&'static KindDecl);
+
+    impl StageKind for Declared {
+        fn decl(&self) -> &'static KindDecl {
+            self.0
+        }
+        fn fingerprint(&self) -> String {
+            "declared".into()
+        }
+        fn run(&self, _ctx: &StageContext) -> Result<(), StageError> {
+            Ok(())
+        }
+    }
+
+    fn with_threads(n: Option<i64>) -> Params {
+        let mut params = Params::new();
+        if let Some(n) = n {
+            params.insert("threads", ParamValue::Int(n));
+        }
+        params
+    }
+
+    #[test]
+    fn provided_methods_read_the_declaration() {
+        const PARAMS: &[ParamSpec] = &[
+            ParamSpec::required("n", ParamType::Int, "a count"),
+            ParamSpec::with_default("threads", ParamType::Int, ParamDefault::Int(3), "workers"),
+        ];
+        const INPUTS: &[InputSpec] = &[InputSpec::many("runs", "runs").optional()];
+        const DECL: KindDecl = KindDecl::new("declared", "a test kind")
+            .params(PARAMS)
+            .extra_params()
+            .inputs(InputsDecl::Named(INPUTS))
+            .outputs(&["a", "b"])
+            .threads(ThreadsDecl::Param);
+        let kind = Declared(&DECL);
+        assert_eq!(kind.name(), "declared");
+        assert_eq!(kind.doc(), "a test kind");
+        let names: Vec<_> = kind.params().iter().map(|p| p.name).collect();
+        assert_eq!(names, ["n", "threads"]);
+        assert!(kind.accepts_extra_params());
+        match kind.inputs() {
+            InputsDecl::Named([runs]) => assert!(runs.name == "runs" && runs.optional && runs.many),
+            other => panic!("inputs {other:?}"),
+        }
+        assert_eq!(kind.outputs(), ["a", "b"]);
+        assert_eq!(kind.threads(&with_threads(Some(5))), Threads::Fixed(5));
+        assert_eq!(kind.threads(&with_threads(Some(0))), Threads::All);
+        assert_eq!(
+            kind.threads(&with_threads(None)),
+            Threads::Fixed(3),
+            "no value: the declared default"
+        );
+        assert!(kind.external_files(&Params::new()).is_empty());
+    }
+
+    #[test]
+    fn a_bare_declaration_has_one_output_one_thread_and_nothing_else() {
+        const DECL: KindDecl = KindDecl::new("bare", "nothing declared");
+        let kind = Declared(&DECL);
+        assert!(kind.params().is_empty());
+        assert!(!kind.accepts_extra_params());
+        assert!(matches!(kind.inputs(), InputsDecl::None));
+        assert_eq!(kind.outputs(), ["out"]);
+        assert_eq!(kind.threads(&with_threads(Some(8))), Threads::Fixed(1));
+    }
+
+    #[test]
+    fn thread_claims_from_the_param_or_a_function() {
+        const UNDECLARED: KindDecl =
+            KindDecl::new("p", "no threads param").threads(ThreadsDecl::Param);
+        assert_eq!(UNDECLARED.claim(&with_threads(None)), Threads::All);
+        assert_eq!(UNDECLARED.claim(&with_threads(Some(2))), Threads::Fixed(2));
+        const STANDARD: KindDecl = KindDecl::new("s", "the usual threads param")
+            .params(&[THREADS_PARAM])
+            .threads(ThreadsDecl::Param);
+        assert_eq!(STANDARD.claim(&with_threads(None)), Threads::All);
+        const CUSTOM: KindDecl =
+            KindDecl::new("c", "claims by its own rule").threads(ThreadsDecl::Custom(|params| {
+                match params.int("threads") {
+                    Ok(_) => Threads::Fixed(7),
+                    Err(_) => Threads::All,
+                }
+            }));
+        assert_eq!(CUSTOM.claim(&with_threads(Some(1))), Threads::Fixed(7));
+        assert_eq!(CUSTOM.claim(&with_threads(None)), Threads::All);
+    }
 
     #[test]
     fn file_subsets_fingerprint_only_their_files() {

@@ -23,8 +23,8 @@ use std::thread;
 use std::time::Duration;
 
 use cwm_stage::{
-    InputsDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext, StageError, StageKind,
-    Threads,
+    InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError, StageKind,
+    ThreadsDecl,
 };
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
@@ -44,37 +44,22 @@ const PARAMS: &[ParamSpec] = &[
     .unkeyed(),
 ];
 
-impl StageKind for CommandStage {
-    fn name(&self) -> &'static str {
-        "command"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "command",
+    "runs a shell command with inputs in $CWM_IN_<name> and its output in $CWM_OUT",
+)
+.params(PARAMS)
+.extra_params()
+.inputs(InputsDecl::Any)
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "runs a shell command with inputs in $CWM_IN_<name> and its output in $CWM_OUT"
+impl StageKind for CommandStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
         SOURCE_FINGERPRINT.to_owned()
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn accepts_extra_params(&self) -> bool {
-        true
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Any
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        match params.int("threads") {
-            Ok(n) if n > 0 => Threads::Fixed(n as usize),
-            Ok(_) => Threads::All,
-            Err(_) => Threads::Fixed(1),
-        }
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -161,7 +146,7 @@ fn env_name(prefix: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cwm_stage::{InputArtifact, ParamValue, Progress, StageLog};
+    use cwm_stage::{InputArtifact, ParamValue, Params, Progress, StageLog};
     use std::collections::BTreeMap;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;

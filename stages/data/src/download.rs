@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cwm_stage::{
-    InputsDecl, ParamSpec, ParamType, ParamValue, Params, Progress, StageContext, StageError,
+    KindDecl, ParamSpec, ParamType, ParamValue, Params, Progress, StageContext, StageError,
     StageKind,
 };
 use sha2::{Digest, Sha256};
@@ -404,13 +404,15 @@ fn optional_str(params: &Params, name: &str) -> Option<String> {
     }
 }
 
-impl StageKind for DownloadStage {
-    fn name(&self) -> &'static str {
-        "download"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "download",
+    "fetches a file (http/https with resume and retries, or a local path) into the store",
+)
+.params(PARAMS);
 
-    fn doc(&self) -> &'static str {
-        "fetches a file (http/https with resume and retries, or a local path) into the store"
+impl StageKind for DownloadStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -423,14 +425,6 @@ impl StageKind for DownloadStage {
                 "src/download.rs",
             ],
         )])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::None
     }
 
     fn external_files(&self, params: &Params) -> Vec<PathBuf> {

@@ -1,8 +1,8 @@
 //! The chess data stage kinds of cwm: `download`, `parse`, `split`, `tokenize` and
 //! `random_uniform`, and the library functions the one-shot CLI commands wrap.
 //!
-//! * One module per stage kind, holding its params, inputs, outputs and code:
-//!   [`download`], [`parse`], [`split`], [`tokenize`], [`random_uniform`].
+//! * One module per stage kind, holding its params, inputs, outputs and code: `download`,
+//!   `parse`, [`split`], `tokenize`, `random_uniform`.
 //! * Games flow between stages as one Parquet table ([`games`]): id, source index, Site,
 //!   result, ratings, time control, termination, plies and the packed move ids (no `START`, no
 //!   player names, no states). `tokenize` recomputes the state labels from the moves and writes
@@ -30,15 +30,16 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod download;
+// `games`, `jsonl` and `split` stay public: other crates name items in them by path.
+mod download;
 mod error;
 pub mod games;
 pub mod jsonl;
-pub mod parse;
-pub mod random_uniform;
-pub mod shards;
+mod parse;
+mod random_uniform;
+mod shards;
 pub mod split;
-pub mod tokenize;
+mod tokenize;
 
 use std::path::PathBuf;
 
@@ -47,11 +48,11 @@ use cwm_stage::{Progress, StageKind};
 pub use download::DownloadStage;
 pub use error::DataError;
 pub use jsonl::{export_jsonl, import_jsonl};
-pub use parse::{IdKeySource, ParseOptions, ParseReport, ParseStage};
+pub use parse::{ID_KEY_ENV, IdKeySource, ParseOptions, ParseReport, ParseStage, RejectExample};
 pub use random_uniform::{RandomUniformOptions, RandomUniformStage, generate_random_uniform};
 pub use shards::{ShardReader, TokenizedGame};
 pub use split::SplitStage;
-pub use tokenize::{TokenizeOptions, TokenizeStage, tokenize_games};
+pub use tokenize::{TokenizeOptions, TokenizeStage, TokenizeSummary, tokenize_games};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 

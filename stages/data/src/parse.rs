@@ -34,8 +34,8 @@ use std::sync::mpsc;
 use cwm_chess::ids::{IdKey, RealGameIds};
 use cwm_chess::replay::{KeptGame, PgnGames, RawGame, Rejection, ReplayConfig, replay_game};
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
-    StageError, StageKind, Threads,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
+    StageError, StageKind, ThreadsDecl,
 };
 use rayon::prelude::*;
 
@@ -501,13 +501,18 @@ const INPUTS: &[InputSpec] = &[InputSpec::one(
     "a download artifact holding one .pgn or .pgn.zst file",
 )];
 
-impl StageKind for ParseStage {
-    fn name(&self) -> &'static str {
-        "parse"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "parse",
+    "replays a PGN file into the games table (Parquet) and a rejects report",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS))
+.outputs(&["games", "rejects"])
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "replays a PGN file into the games table (Parquet) and a rejects report"
+impl StageKind for ParseStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -524,22 +529,6 @@ impl StageKind for ParseStage {
             ),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn outputs(&self) -> &'static [&'static str] {
-        &["games", "rejects"]
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -16,8 +16,8 @@ use std::path::Path;
 use cwm_chess::encode::EpConvention;
 use cwm_random_uniform::{Game, Games, Mode};
 use cwm_stage::{
-    InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext, StageError,
-    StageKind, Threads,
+    KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext, StageError, StageKind,
+    Threads, ThreadsDecl,
 };
 
 use crate::games::{GAMES_FILE, GameRecord, GamesWriter};
@@ -172,13 +172,19 @@ const PARAMS: &[ParamSpec] = &[
     ),
 ];
 
-impl StageKind for RandomUniformStage {
-    fn name(&self) -> &'static str {
-        "random_uniform"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "random_uniform",
+    "generates uniformly random legal games (reference or fast RNG) as a games table",
+)
+.params(PARAMS)
+.threads(ThreadsDecl::Custom(|params| match params.str("rng") {
+    Ok("fast") => Threads::All,
+    _ => Threads::Fixed(1),
+}));
 
-    fn doc(&self) -> &'static str {
-        "generates uniformly random legal games (reference or fast RNG) as a games table"
+impl StageKind for RandomUniformStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -199,21 +205,6 @@ impl StageKind for RandomUniformStage {
             cwm_chess::SOURCE_FINGERPRINT,
             cwm_random_uniform::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::None
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        match params.str("rng") {
-            Ok("fast") => Threads::All,
-            _ => Threads::Fixed(1),
-        }
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext, StageError,
-    StageKind,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
+    StageError, StageKind,
 };
 use md5::{Digest, Md5};
 
@@ -103,13 +103,17 @@ const INPUTS: &[InputSpec] = &[InputSpec::one(
     "a games artifact (e.g. parse.games)",
 )];
 
-impl StageKind for SplitStage {
-    fn name(&self) -> &'static str {
-        "split"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "split",
+    "splits a games table into train and val by the MD5 bucket of the game id",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS))
+.outputs(&["train", "val"]);
 
-    fn doc(&self) -> &'static str {
-        "splits a games table into train and val by the MD5 bucket of the game id"
+impl StageKind for SplitStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -126,18 +130,6 @@ impl StageKind for SplitStage {
             ),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn outputs(&self) -> &'static [&'static str] {
-        &["train", "val"]
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

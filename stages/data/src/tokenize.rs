@@ -35,8 +35,8 @@ use cwm_chess::encode::{
     unpack_move,
 };
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
-    StageError, StageKind, Threads,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
+    StageError, StageKind, ThreadsDecl,
 };
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowRowGroupWriterFactory, compute_leaves};
@@ -400,7 +400,6 @@ pub fn tokenize_games(
     progress.set_total(GamesReader::count_games(input)?);
     let pool = pool(options.threads)?;
     let ep = options.ep_convention;
-    let shard_path = |index: usize| out_dir.join(format!("shard_{index:06}.parquet"));
     let mut seen = vec![false; usize::from(NUM_MOVE_IDS)];
     let mut summary = TokenizeSummary {
         games: 0,
@@ -410,7 +409,7 @@ pub fn tokenize_games(
     };
     // The first shard exists from the start: an empty input still gives one (empty) shard, so
     // readers find the schema.
-    let (mut shard, factory) = ShardFile::create(shard_path(0), ep)?;
+    let (mut shard, factory) = ShardFile::create(shard_path(out_dir, 0), ep)?;
     let batch_games = SHARD_ROW_GROUP_GAMES * ROW_GROUPS_PER_THREAD * options.threads.max(1);
     let reader = GamesReader::open(input, batch_games)?;
     // A reader thread decodes the next batch of the games table while this one's row groups
@@ -431,42 +430,25 @@ pub fn tokenize_games(
             }
             let batch = batch?;
             let plans = plan_row_groups(batch.len(), shard_games, shard.games, shard.row_groups);
-            let mut shard_index = summary.shards.len();
-            let encoded: Vec<Result<Vec<ArrowColumnChunk>, DataError>> = {
-                let jobs: Vec<(&RowGroupPlan, PathBuf)> = plans
-                    .iter()
-                    .map(|plan| {
-                        shard_index += usize::from(plan.new_shard);
-                        (plan, shard_path(shard_index))
-                    })
-                    .collect();
-                pool.install(|| {
-                    jobs.par_iter()
-                        .map(|(plan, path)| {
-                            let games = &batch[plan.games.clone()];
-                            encode_row_group(&factory, plan.row_group, games, ep, path)
-                        })
-                        .collect()
-                })
+            let jobs = EncodeJobs {
+                factory: &factory,
+                plans: &plans,
+                batch: &batch,
+                ep,
+                out_dir,
+                first_shard: summary.shards.len(),
             };
+            let encoded = pool.install(|| jobs.encode());
             for (plan, chunks) in plans.iter().zip(encoded) {
                 let chunks = chunks?;
                 if plan.new_shard {
-                    let next = shard_path(summary.shards.len() + 1);
+                    let next = shard_path(out_dir, summary.shards.len() + 1);
                     let full = std::mem::replace(&mut shard, ShardFile::create(next, ep)?.0);
                     summary.shards.push(full.finish()?);
                 }
                 let games = &batch[plan.games.clone()];
                 shard.append(chunks, games.len())?;
-                for game in games {
-                    for &m in &game.moves {
-                        if let Some(slot) = seen.get_mut(usize::from(m)) {
-                            *slot = true;
-                        }
-                    }
-                    summary.plies += game.moves.len() as u64;
-                }
-                summary.games += games.len() as u64;
+                count_games(&mut summary, &mut seen, games);
             }
             progress.inc(batch.len() as u64);
         }
@@ -474,6 +456,67 @@ pub fn tokenize_games(
     })?;
     summary.shards.push(shard.finish()?);
     summary.distinct_move_ids = seen.iter().filter(|&&s| s).count();
+    write_coverage(out_dir, &summary, ep)?;
+    Ok(summary)
+}
+
+/// The path of shard number `index` in `out_dir`.
+fn shard_path(out_dir: &Path, index: usize) -> PathBuf {
+    out_dir.join(format!("shard_{index:06}.parquet"))
+}
+
+/// The row groups of one batch of games, to encode in parallel.
+struct EncodeJobs<'a> {
+    factory: &'a ArrowRowGroupWriterFactory,
+    plans: &'a [RowGroupPlan],
+    batch: &'a [GameRecord],
+    ep: EpConvention,
+    out_dir: &'a Path,
+    /// The shard the batch's first row group goes to, unless that row group starts a new one.
+    first_shard: usize,
+}
+
+impl EncodeJobs<'_> {
+    /// Encodes every planned row group (on the current rayon pool), in plan order.
+    fn encode(&self) -> Vec<Result<Vec<ArrowColumnChunk>, DataError>> {
+        let mut shard_index = self.first_shard;
+        let jobs: Vec<(&RowGroupPlan, PathBuf)> = self
+            .plans
+            .iter()
+            .map(|plan| {
+                shard_index += usize::from(plan.new_shard);
+                (plan, shard_path(self.out_dir, shard_index))
+            })
+            .collect();
+        jobs.par_iter()
+            .map(|(plan, path)| {
+                let games = &self.batch[plan.games.clone()];
+                encode_row_group(self.factory, plan.row_group, games, self.ep, path)
+            })
+            .collect()
+    }
+}
+
+/// Adds `games` to the summary's game and ply counts and marks the move ids they use in `seen`.
+fn count_games(summary: &mut TokenizeSummary, seen: &mut [bool], games: &[GameRecord]) {
+    for game in games {
+        for &m in &game.moves {
+            if let Some(slot) = seen.get_mut(usize::from(m)) {
+                *slot = true;
+            }
+        }
+        summary.plies += game.moves.len() as u64;
+    }
+    summary.games += games.len() as u64;
+}
+
+/// Writes `coverage.json` (what the shards hold) and the shard layout's `README.md` into
+/// `out_dir`.
+fn write_coverage(
+    out_dir: &Path,
+    summary: &TokenizeSummary,
+    ep: EpConvention,
+) -> Result<(), DataError> {
     let coverage = serde_json::json!({
         "games": summary.games,
         "plies": summary.plies,
@@ -488,8 +531,7 @@ pub fn tokenize_games(
     text.push('\n');
     std::fs::write(&coverage_path, text).map_err(|e| DataError::io(&coverage_path, e))?;
     let readme = out_dir.join("README.md");
-    std::fs::write(&readme, SHARD_LAYOUT).map_err(|e| DataError::io(&readme, e))?;
-    Ok(summary)
+    std::fs::write(&readme, SHARD_LAYOUT).map_err(|e| DataError::io(&readme, e))
 }
 
 /// The `tokenize` stage kind.
@@ -519,13 +561,17 @@ const INPUTS: &[InputSpec] = &[InputSpec::one(
     "a games artifact (split.train, split.val, parse.games, random_uniform)",
 )];
 
-impl StageKind for TokenizeStage {
-    fn name(&self) -> &'static str {
-        "tokenize"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "tokenize",
+    "writes training-ready shards: START + move ids and (T+1)x75 state labels per game",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS))
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "writes training-ready shards: START + move ids and (T+1)x75 state labels per game"
+impl StageKind for TokenizeStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -543,18 +589,6 @@ impl StageKind for TokenizeStage {
             ),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

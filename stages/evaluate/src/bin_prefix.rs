@@ -25,7 +25,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema};
 use cwm_models::BinCounts;
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError, StageKind,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError,
+    StageKind,
 };
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -336,13 +337,18 @@ const PARAMS: &[ParamSpec] = &[ParamSpec::with_default(
 
 const INPUTS: &[InputSpec] = &[InputSpec::one("evaluate", "an evaluate artifact")];
 
-impl StageKind for BinPrefixStage {
-    fn name(&self) -> &'static str {
-        "bin_prefix"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "bin_prefix",
+    "ExactState and Labelwise by prefix bin of an evaluate artifact's steps",
+)
+.params(PARAMS)
+// Extra params are labels (e.g. the matrix keys of the evaluations it bins).
+.extra_params()
+.inputs(InputsDecl::Named(INPUTS));
 
-    fn doc(&self) -> &'static str {
-        "ExactState and Labelwise by prefix bin of an evaluate artifact's steps"
+impl StageKind for BinPrefixStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -360,19 +366,6 @@ impl StageKind for BinPrefixStage {
             ),
             cwm_models::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    /// Extra params are labels (e.g. the matrix keys of the evaluations it bins).
-    fn accepts_extra_params(&self) -> bool {
-        true
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

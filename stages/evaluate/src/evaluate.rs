@@ -27,8 +27,8 @@ use cwm_models::{
     correct_counts, load_model, params_of, step_cross_entropy,
 };
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext,
-    StageError, StageKind, Threads,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params, Progress,
+    StageContext, StageError, StageKind, ThreadsDecl,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde::{Deserialize, Serialize};
@@ -687,13 +687,21 @@ fn uint_param(params: &Params, name: &str) -> Result<u64, StageError> {
     params.uint(name)
 }
 
-impl StageKind for EvaluateStage {
-    fn name(&self) -> &'static str {
-        "evaluate"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "evaluate",
+    "evaluates a trained model on tokenized games: per-step and per-game tables and the reference metrics",
+)
+.params(PARAMS)
+// Extra params are labels, so a matrix over the producing train stage's keys (`arch`,
+// `size`, `lr_min_ratio`, ...) binds each evaluation to its model; `arch` and `size`, when
+// given, must name the checkpoint's family and size.
+.extra_params()
+.inputs(InputsDecl::Named(INPUTS))
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "evaluates a trained model on tokenized games: per-step and per-game tables and the reference metrics"
+impl StageKind for EvaluateStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -712,25 +720,6 @@ impl StageKind for EvaluateStage {
             &cwm_stage_data::shard_or_jsonl_reader_fingerprint(),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    /// Extra params are labels, so a matrix over the producing train stage's keys (`arch`,
-    /// `size`, `lr_min_ratio`, ...) binds each evaluation to its model; `arch` and `size`, when
-    /// given, must name the checkpoint's family and size.
-    fn accepts_extra_params(&self) -> bool {
-        true
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

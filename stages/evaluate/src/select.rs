@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, ParamValue, StageContext,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, ParamValue, StageContext,
     StageError, StageKind,
 };
 use serde::{Deserialize, Serialize};
@@ -287,13 +287,16 @@ const INPUTS: &[InputSpec] = &[InputSpec::many(
     "train artifacts to choose from (a hyperparameter matrix)",
 )];
 
-impl StageKind for SelectStage {
-    fn name(&self) -> &'static str {
-        "select"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "select",
+    "picks the hyperparameters with the lowest validation loss per arch x size from train runs",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS));
 
-    fn doc(&self) -> &'static str {
-        "picks the hyperparameters with the lowest validation loss per arch x size from train runs"
+impl StageKind for SelectStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -307,14 +310,6 @@ impl StageKind for SelectStage {
                 "src/tables.rs",
             ],
         )
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use cwm_models::{Family, Size};
 use cwm_stage::{
-    InputArtifact, InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Progress,
+    InputArtifact, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress,
     StageContext, StageError, StageKind,
 };
 
@@ -312,13 +312,16 @@ const INPUTS: &[InputSpec] = &[InputSpec::many(
 )
 .optional()];
 
-impl StageKind for ReportStage {
-    fn name(&self) -> &'static str {
-        "report"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "report",
+    "the paper's tables (md, tex, csv) and figures (svg, png) from any set of artifacts",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS));
 
-    fn doc(&self) -> &'static str {
-        "the paper's tables (md, tex, csv) and figures (svg, png) from any set of artifacts"
+impl StageKind for ReportStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -329,14 +332,6 @@ impl StageKind for ReportStage {
             ),
             cwm_models::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -211,7 +211,17 @@ fn full_fixtures() -> Fixtures {
     let mut f = Fixtures::new("golden");
     f.coverage("tokenize_train", 438, 31_000, 1_402);
     f.coverage("tokenize_val", 50, 3_900, 733);
-    // First stage: two transformer configs (the second wins), one slice config.
+    first_stage_runs(&mut f);
+    second_stage_runs(&mut f);
+    for (split, shift) in [("test_real", 0.0), ("test_random", 0.2)] {
+        evaluations(&mut f, split, shift);
+    }
+    f
+}
+
+/// The first-stage sweep: two transformer configs (the second wins), one slice config and a
+/// slice run without results.
+fn first_stage_runs(f: &mut Fixtures) {
     f.train(
         "transformer",
         "d128",
@@ -251,7 +261,10 @@ fn full_fixtures() -> Fixtures {
     f.train(
         "slice", "d128", S128, "none", 1e-4, 10_000, 0.999, 0.0, 0.1, None,
     );
-    // Second stage: cosine with two floors each.
+}
+
+/// The second stage: cosine with two floors each.
+fn second_stage_runs(f: &mut Fixtures) {
     f.train(
         "transformer",
         "d128",
@@ -300,53 +313,55 @@ fn full_fixtures() -> Fixtures {
         0.01,
         Some((0.19, 0.52, 0.951, 0.025)),
     );
-    for (split, shift) in [("test_real", 0.0), ("test_random", 0.2)] {
-        f.evaluate(
-            split,
-            "slice",
-            "d128",
-            S128,
-            0.2 + shift,
-            0.5 - shift,
-            0.95 - shift / 4.0,
-            0.02,
-        );
-        f.evaluate(
-            split,
-            "slice_diag",
-            "d128",
-            SD128,
-            0.25 + shift,
-            0.45 - shift * 1.5,
-            0.94 - shift / 4.0,
-            0.01,
-        );
-        f.evaluate(
-            split,
-            "transformer",
-            "d128",
-            T128,
-            0.1 + shift,
-            0.7 - shift * 2.0,
-            0.99 - shift / 3.0,
-            0.1,
-        );
-        f.bins(
-            split,
-            "slice",
-            "d128",
-            S128,
-            &[(2000, 0.9), (1900, 0.6), (800, 0.3 - shift)],
-        );
-        f.bins(
-            split,
-            "slice_diag",
-            "d128",
-            SD128,
-            &[(2000, 0.85), (1900, 0.5), (0, 0.0), (10, 0.1)],
-        );
-    }
-    f
+}
+
+/// Evaluations of the ablation pair and the transformer on `split` (metrics worse by `shift`),
+/// and the prefix bins of the pair.
+fn evaluations(f: &mut Fixtures, split: &str, shift: f64) {
+    f.evaluate(
+        split,
+        "slice",
+        "d128",
+        S128,
+        0.2 + shift,
+        0.5 - shift,
+        0.95 - shift / 4.0,
+        0.02,
+    );
+    f.evaluate(
+        split,
+        "slice_diag",
+        "d128",
+        SD128,
+        0.25 + shift,
+        0.45 - shift * 1.5,
+        0.94 - shift / 4.0,
+        0.01,
+    );
+    f.evaluate(
+        split,
+        "transformer",
+        "d128",
+        T128,
+        0.1 + shift,
+        0.7 - shift * 2.0,
+        0.99 - shift / 3.0,
+        0.1,
+    );
+    f.bins(
+        split,
+        "slice",
+        "d128",
+        S128,
+        &[(2000, 0.9), (1900, 0.6), (800, 0.3 - shift)],
+    );
+    f.bins(
+        split,
+        "slice_diag",
+        "d128",
+        SD128,
+        &[(2000, 0.85), (1900, 0.5), (0, 0.0), (10, 0.1)],
+    );
 }
 
 fn check_golden(name: &str, actual: &str) {

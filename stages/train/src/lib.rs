@@ -43,8 +43,8 @@ use std::path::Path;
 
 use cwm_models::{Family, ModelConfig, Rope, Size};
 use cwm_stage::{
-    InputSpec, InputsDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext, StageError,
-    StageKind, Threads,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext,
+    StageError, StageKind, ThreadsDecl,
 };
 use serde_json::{Map, Value, json};
 
@@ -390,13 +390,17 @@ pub fn partial_key(fingerprint: &str, params: &Params, inputs: &[(String, String
     hasher.finalize().to_hex().to_string()
 }
 
-impl StageKind for TrainStage {
-    fn name(&self) -> &'static str {
-        "train"
-    }
+const DECL: KindDecl = KindDecl::new(
+    "train",
+    "trains a model on tokenized games (reference loss, AdamW, schedule, NaN guard), resumable",
+)
+.params(PARAMS)
+.inputs(InputsDecl::Named(INPUTS))
+.threads(ThreadsDecl::Param);
 
-    fn doc(&self) -> &'static str {
-        "trains a model on tokenized games (reference loss, AdamW, schedule, NaN guard), resumable"
+impl StageKind for TrainStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
     }
 
     fn fingerprint(&self) -> String {
@@ -406,18 +410,6 @@ impl StageKind for TrainStage {
             &cwm_stage_data::shard_reader_fingerprint(),
             cwm_random_uniform::SOURCE_FINGERPRINT,
         ])
-    }
-
-    fn params(&self) -> &'static [ParamSpec] {
-        PARAMS
-    }
-
-    fn inputs(&self) -> InputsDecl {
-        InputsDecl::Named(INPUTS)
-    }
-
-    fn threads(&self, params: &Params) -> Threads {
-        Threads::from_param(params)
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {

@@ -4,9 +4,9 @@
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use cwm_models::slice::SliceCell;
-use cwm_models::transformer::{apply_rope, rope_tables};
-use cwm_models::{Family, Model, ModelConfig, Rope, Scan, Size, StateModel};
+use cwm_models::{
+    Family, Model, ModelConfig, Rope, Scan, Size, SliceCell, StateModel, apply_rope, rope_tables,
+};
 
 fn moves(batch: usize, seq: usize, device: &Device) -> Tensor<2, Int> {
     let ids: Vec<i64> = (0..batch * seq)

@@ -5,10 +5,11 @@
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use cwm_models::gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
-use cwm_models::mamba::{Mamba2Mixer, Mamba3Mixer, Mixer, Pairing, rotate};
-use cwm_models::recurrent::{inverse_softplus, scalar_decay_chunked, scalar_decay_sequential};
-use cwm_models::{Family, Model, ModelConfig, Scan, Size, StateModel};
+use cwm_models::{
+    DeltaRuleInputs, Family, GatedDeltaNet, Mamba2Mixer, Mamba3Mixer, Mixer, Model, ModelConfig,
+    Pairing, Scan, Size, StateModel, delta_rule_chunked, delta_rule_sequential, inverse_softplus,
+    rotate, scalar_decay_chunked, scalar_decay_sequential,
+};
 
 fn host<const D: usize>(t: Tensor<D>) -> Vec<f64> {
     t.into_data()

@@ -1,4 +1,6 @@
-//! Shared helpers: a temp workspace with a pipeline file, and running `cwm` in it.
+//! Integration tests of the `cwm` binary, in one test binary (`cargo test -p cwm --test tests`):
+//! each drives the real `cwm` in its own temp workspace. One module per concern; the shared
+//! helpers (a temp workspace with a pipeline file, running `cwm` in it, [`require`]) are here.
 
 mod cache_keys;
 mod data_commands;
@@ -12,6 +14,23 @@ mod store;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what is
+/// missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
+/// checked nothing, and elsewhere prints a loud `SKIPPED` line and returns `false`. Every test
+/// that needs a Python oracle or `../shared/data` goes through it.
+pub fn require(what: &str, available: bool) -> bool {
+    if !available {
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
+            panic!(
+                "{test}: {what} is missing, and CI is set: a test with a missing oracle or data set fails"
+            );
+        }
+        eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
+    }
+    available
+}
 
 /// A temp directory holding a pipeline; removed on drop.
 pub struct Workspace {
