@@ -9,6 +9,7 @@
 //! ([`fs::write_atomic`]), and the one way a name is made safe for a file name
 //! ([`fs::file_safe`]).
 
+mod de;
 pub mod fs;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,17 @@ pub enum FormatError {
         path: PathBuf,
         /// Where and why parsing failed.
         source: serde_json::Error,
+    },
+    /// A field of the file is missing or has the wrong type or value.
+    #[error("{}: field `{field}`: {message}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// The field, as a dotted path (`hparams.lr`, `bins.3.steps`; empty for the whole
+        /// file).
+        field: String,
+        /// What is wrong with it.
+        message: String,
     },
     /// The file was written by a version of cwm whose format this one does not read.
     #[error("{}: format version {found}, this cwm reads version {expected}", path.display())]
@@ -88,26 +100,59 @@ where
 }
 
 /// Parses a versioned JSON text read from `path` (named in errors), rejecting an unknown
-/// version.
+/// version. A file without a `version` field reads as the version its struct's serde default
+/// gives (1 for every format so far: the files cwm wrote before formats were versioned).
 ///
 /// # Errors
-/// [`FormatError::Json`] or [`FormatError::Version`], naming the file.
+/// [`FormatError::Json`] when the text is not JSON, [`FormatError::Version`] for another
+/// version, [`FormatError::Field`] naming the first field that is missing or ill-typed.
 pub fn parse_json<T>(path: &Path, text: &str) -> Result<T, FormatError>
 where
     T: serde::de::DeserializeOwned + Versioned,
 {
-    let value: T = serde_json::from_str(text).map_err(|source| FormatError::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if value.version() != T::VERSION {
-        return Err(FormatError::Version {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|source| FormatError::Json {
             path: path.to_path_buf(),
-            found: value.version(),
-            expected: T::VERSION,
-        });
+            source,
+        })?;
+    from_value(path, &value)
+}
+
+/// [`parse_json`] of an already parsed JSON value read from `path`.
+///
+/// # Errors
+/// As [`parse_json`], but for [`FormatError::Json`].
+pub fn from_value<T>(path: &Path, value: &serde_json::Value) -> Result<T, FormatError>
+where
+    T: serde::de::DeserializeOwned + Versioned,
+{
+    let version_error = |found: u64| FormatError::Version {
+        path: path.to_path_buf(),
+        found: u32::try_from(found).unwrap_or(u32::MAX),
+        expected: T::VERSION,
+    };
+    // The version is checked before the fields: another version may have other fields, and
+    // "format version 2" says more than the first field that does not fit.
+    if let Some(found) = value.get("version").and_then(serde_json::Value::as_u64)
+        && found != u64::from(T::VERSION)
+    {
+        return Err(version_error(found));
     }
-    Ok(value)
+    let parsed = T::deserialize(de::Node::root(value)).map_err(|e| FormatError::Field {
+        path: path.to_path_buf(),
+        field: e.field.unwrap_or_default(),
+        message: e.message,
+    })?;
+    if parsed.version() != T::VERSION {
+        return Err(version_error(u64::from(parsed.version())));
+    }
+    Ok(parsed)
+}
+
+/// The version of a file written before formats were versioned: the serde default of every
+/// `version` field whose format has been version 1 since.
+pub fn version_1() -> u32 {
+    1
 }
 
 #[cfg(test)]
@@ -156,6 +201,19 @@ mod tests {
         assert!(err.to_string().contains("note.json"), "{err}");
 
         std::fs::write(&path, "{\"version\": 2}").unwrap();
+        let err = read_json::<Note>(&path).unwrap_err();
+        assert!(
+            matches!(&err, FormatError::Field { field, .. } if field == "text"),
+            "{err}"
+        );
+        assert!(err.to_string().ends_with("field `text`: missing"), "{err}");
+        std::fs::write(&path, "{\"version\": 3, \"text\": 1}").unwrap();
+        let err = read_json::<Note>(&path).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Version { found: 3, .. }),
+            "the version is checked before the fields: {err}"
+        );
+        std::fs::write(&path, "{\"version\": 2,").unwrap();
         let err = read_json::<Note>(&path).unwrap_err();
         assert!(matches!(err, FormatError::Json { .. }), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
