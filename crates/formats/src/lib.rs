@@ -5,12 +5,16 @@
 //! top-level file struct carries a `version` field: a reader rejects a version it does not
 //! know with [`FormatError::Version`], naming the file, instead of misreading it.
 //!
+//! [`labels`] declares the 75 state labels (names of their groups and class counts) that the
+//! chess encoding writes and the models predict.
+//!
 //! [`fs`] holds the one way files are written in cwm: whole or not at all
 //! ([`fs::write_atomic`]), and the one way a name is made safe for a file name
 //! ([`fs::file_safe`]).
 
 mod de;
 pub mod fs;
+pub mod labels;
 
 use std::path::{Path, PathBuf};
 
