@@ -13,6 +13,8 @@
 
 use std::fmt::Write as _;
 
+use cwm_formats::labels;
+
 use shakmaty::{
     CastlingSide, Chess, Color, EnPassantMode, File, Move, Position, Rank, Role, Square,
 };
@@ -27,40 +29,26 @@ pub const PAD: u16 = 20481;
 /// Size of the input vocabulary: the move ids plus [`START`] and [`PAD`].
 pub const VOCAB_SIZE: u16 = 20482;
 /// Number of labels in one encoded state.
-pub const STATE_LEN: usize = 75;
+pub const STATE_LEN: usize = labels::N_LABELS;
 
 /// One encoded state: the 75 labels of spec A.2.
 pub type StateLabels = [u8; STATE_LEN];
 
 /// Label index of the side to move (0 white, 1 black).
-pub const SIDE_TO_MOVE: usize = 64;
+pub const SIDE_TO_MOVE: usize = labels::SIDE.first_label;
 /// Label index of the white king-side castling right; Q, k and q follow at 66, 67 and 68.
-pub const CASTLING_WHITE_KING_SIDE: usize = 65;
+pub const CASTLING_WHITE_KING_SIDE: usize = labels::CASTLE.first_label;
 /// Label index of the en-passant file (0 none, 1..=8 = a..h).
-pub const EP_FILE: usize = 69;
+pub const EP_FILE: usize = labels::EP_FILE.first_label;
 /// Label index of the en-passant rank (0 none, 1 = rank 3, 2 = rank 6).
-pub const EP_RANK: usize = 70;
+pub const EP_RANK: usize = labels::EP_RANK.first_label;
 /// Label index of the halfmove clock's high byte; the low byte is at 72.
-pub const HALFMOVE_HI: usize = 71;
+pub const HALFMOVE_HI: usize = labels::HALFMOVE.first_label;
 /// Label index of the fullmove number's high byte; the low byte is at 74.
-pub const FULLMOVE_HI: usize = 73;
+pub const FULLMOVE_HI: usize = labels::FULLMOVE.first_label;
 
-/// Number of classes of each label, in label order.
-pub const LABEL_CLASSES: [u16; STATE_LEN] = {
-    let mut classes = [13u16; STATE_LEN];
-    classes[SIDE_TO_MOVE] = 2;
-    classes[65] = 2;
-    classes[66] = 2;
-    classes[67] = 2;
-    classes[68] = 2;
-    classes[EP_FILE] = 9;
-    classes[EP_RANK] = 3;
-    classes[71] = 256;
-    classes[72] = 256;
-    classes[73] = 256;
-    classes[74] = 256;
-    classes
-};
+/// Number of classes of each label, in label order (declared in [`cwm_formats::labels`]).
+pub const LABEL_CLASSES: [u16; STATE_LEN] = labels::LABEL_CLASSES;
 
 /// The labels of the standard initial position (spec A.2).
 pub const INITIAL_STATE: StateLabels = [

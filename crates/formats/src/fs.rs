@@ -2,45 +2,95 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it (unique to this process
-/// and call, so concurrent writers never share one), fsync, rename over `path`, fsync of the
-/// directory. A reader sees the old file or the whole new one, never a half-written one.
+/// A file being written under a temporary name beside its final one, for writers that need a
+/// path or write a stream ([`write_atomic`] writes bytes held in memory): write the whole file
+/// at [`AtomicFile::temp_path`], then [`AtomicFile::commit`] moves it into place. Dropped
+/// without a commit, it removes the temporary file.
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: PathBuf,
+    temp: PathBuf,
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// A file to be written at `path`. The temporary name (`.<name>.<pid>-<n>.tmp`, in the
+    /// same directory) is unique to this process and call, so concurrent writers never share
+    /// one. Nothing is created yet.
+    pub fn new(path: &Path) -> AtomicFile {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = dir_of(path).join(format!(".{name}.{}-{n}.tmp", std::process::id()));
+        AtomicFile {
+            path: path.to_path_buf(),
+            temp,
+            committed: false,
+        }
+    }
+
+    /// Where to write the file's content.
+    pub fn temp_path(&self) -> &Path {
+        &self.temp
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes the written file durable (fsync), renames it over the final path and makes the
+    /// rename durable (fsync of the directory). A reader sees the old file or the whole new
+    /// one, never a half-written one.
+    ///
+    /// # Errors
+    /// The I/O error of the failing step (the temporary file is then removed).
+    pub fn commit(mut self) -> io::Result<()> {
+        File::open(&self.temp)?.sync_all()?;
+        std::fs::rename(&self.temp, &self.path)?;
+        self.committed = true;
+        if let Ok(d) = File::open(dir_of(&self.path)) {
+            // Directory fsync makes the rename durable; some filesystems refuse it, which
+            // loses durability across a crash, never atomicity.
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it (see [`AtomicFile`]),
+/// fsync, rename over `path`, fsync of the directory. A reader sees the old file or the whole
+/// new one, never a half-written one.
 ///
 /// # Errors
 /// The I/O error of the failing step; the temporary file is removed when the write or the
 /// rename fails.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    if let Ok(d) = File::open(dir) {
-        // Directory fsync makes the rename durable; some filesystems refuse it, which
-        // loses durability across a crash, never atomicity.
-        let _ = d.sync_all();
-    }
-    Ok(())
+    let file = AtomicFile::new(path);
+    File::create(file.temp_path())?.write_all(bytes)?;
+    file.commit()
 }
 
 /// `name` with every character other than ASCII letters, digits, `-` and `_` replaced by
@@ -77,6 +127,19 @@ mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from("a.txt")]);
         let missing = dir.join("no/such/dir/b.txt");
         assert!(write_atomic(&missing, b"x").is_err());
+
+        // A file written at the temporary path appears only on commit; an abandoned one
+        // leaves nothing behind.
+        let streamed = dir.join("b.txt");
+        let file = AtomicFile::new(&streamed);
+        std::fs::write(file.temp_path(), b"streamed").unwrap();
+        assert!(!streamed.exists());
+        file.commit().unwrap();
+        assert_eq!(std::fs::read(&streamed).unwrap(), b"streamed");
+        let abandoned = AtomicFile::new(&dir.join("c.txt"));
+        std::fs::write(abandoned.temp_path(), b"half").unwrap();
+        drop(abandoned);
+        std::fs::remove_file(&streamed).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -7,11 +7,12 @@
 //!
 //! This is cwm's own format, exact to the bit (f32 values are stored as they are). The train
 //! stage writes it, evaluate reads it; the safetensors file with the reference's PyTorch key
-//! names is an export of it. [`save_model`] writes both files through temporary names and
-//! renames them, so a crash never leaves a half-written checkpoint under the final names.
+//! names is an export of it. [`save_model`] writes both files with
+//! [`cwm_formats::fs::write_atomic`], so a crash never leaves a half-written checkpoint under
+//! the final names.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::prelude::*;
 use serde_json::{Value, json};
@@ -107,17 +108,6 @@ pub fn config_from_json(value: &Value) -> Result<ModelConfig, ModelError> {
     Ok(config)
 }
 
-fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<(), ModelError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    write(&tmp).map_err(|message| checkpoint_error(path, message))?;
-    fs::rename(&tmp, path).map_err(|e| checkpoint_error(path, e.to_string()))
-}
-
 /// Writes `model` (built from `config`) as a checkpoint into `dir`, creating it if needed.
 ///
 /// # Errors
@@ -127,12 +117,17 @@ pub fn save_model(dir: &Path, model: &Model, config: &ModelConfig) -> Result<(),
     let mut meta = config_to_json(config);
     meta["params"] = json!(model.num_params());
     let text = serde_json::to_string_pretty(&meta).expect("a JSON value always serializes") + "\n";
-    write_atomically(&dir.join(WEIGHTS_FILE), |tmp| {
-        model.clone().save_file(tmp).map_err(|e| e.to_string())
-    })?;
-    write_atomically(&dir.join(CONFIG_FILE), |tmp| {
-        fs::write(tmp, text).map_err(|e| e.to_string())
-    })
+    let weights = dir.join(WEIGHTS_FILE);
+    let bytes = model
+        .clone()
+        .into_record()
+        .into_bytes()
+        .map_err(|e| checkpoint_error(&weights, e.to_string()))?;
+    cwm_formats::fs::write_atomic(&weights, &bytes)
+        .map_err(|e| checkpoint_error(&weights, e.to_string()))?;
+    let config_path = dir.join(CONFIG_FILE);
+    cwm_formats::fs::write_atomic(&config_path, text.as_bytes())
+        .map_err(|e| checkpoint_error(&config_path, e.to_string()))
 }
 
 /// Reads the configuration of the checkpoint in `dir`.

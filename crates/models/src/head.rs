@@ -1,9 +1,11 @@
 //! The interface every family shares (spec A.1, A.3): the input embedding, the output head and
-//! the split of the head's 1,878 logits into the 75 labels' groups.
+//! the split of the head's 1,878 logits into the 75 labels' groups (declared in
+//! [`cwm_formats::labels`]).
 
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
 use burn::prelude::*;
+pub use cwm_formats::labels::{HEAD_OUT, LABEL_GROUPS, LabelGroup, N_LABELS};
 
 /// Size of the input vocabulary: 20,480 packed moves, then `START` and `PAD`.
 pub const MOVE_VOCAB: usize = 20_482;
@@ -11,70 +13,11 @@ pub const MOVE_VOCAB: usize = 20_482;
 pub const START_TOKEN: i64 = 20_480;
 /// The padding token, after the end of a sequence.
 pub const PAD_TOKEN: i64 = 20_481;
-/// Number of categorical labels per step.
-pub const N_LABELS: usize = 75;
-/// Width of the output head: the labels' class counts summed.
-pub const HEAD_OUT: usize = 1_878;
 
-/// One group of labels that share a class count and sit side by side in the head's output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LabelGroup {
-    /// Name of the group, as in the reference's output dictionary.
-    pub name: &'static str,
-    /// Index of the group's first logit in the head's output.
-    pub logit_offset: usize,
-    /// Index of the group's first label in the 75 targets.
-    pub first_label: usize,
-    /// Number of labels in the group.
-    pub n_labels: usize,
-    /// Classes per label.
-    pub n_classes: usize,
-}
-
-impl LabelGroup {
-    const fn new(
-        name: &'static str,
-        logit_offset: usize,
-        first_label: usize,
-        n_labels: usize,
-        n_classes: usize,
-    ) -> Self {
-        Self {
-            name,
-            logit_offset,
-            first_label,
-            n_labels,
-            n_classes,
-        }
-    }
-
-    /// Number of logits the group occupies.
-    pub const fn n_logits(&self) -> usize {
-        self.n_labels * self.n_classes
-    }
-}
-
-/// The seven output groups in head order (spec A.3). Label `first_label + r` owns logits
-/// `logit_offset + r·n_classes .. + n_classes`.
-pub const LABEL_GROUPS: [LabelGroup; 7] = [
-    LabelGroup::new("pieces", 0, 0, 64, 13),
-    LabelGroup::new("side", 832, 64, 1, 2),
-    LabelGroup::new("castle", 834, 65, 4, 2),
-    LabelGroup::new("ep_file", 842, 69, 1, 9),
-    LabelGroup::new("ep_rank", 851, 70, 1, 3),
-    LabelGroup::new("halfmove", 854, 71, 2, 256),
-    LabelGroup::new("fullmove", 1366, 73, 2, 256),
-];
-
-/// Number of classes of each of the 75 labels, in target order.
+/// Number of classes of each of the 75 labels, in target order
+/// ([`cwm_formats::labels::LABEL_CLASSES`]).
 pub fn label_classes() -> [usize; N_LABELS] {
-    let mut classes = [0; N_LABELS];
-    for group in LABEL_GROUPS {
-        for r in 0..group.n_labels {
-            classes[group.first_label + r] = group.n_classes;
-        }
-    }
-    classes
+    cwm_formats::labels::LABEL_CLASSES.map(usize::from)
 }
 
 /// The head's output cut into the label groups (spec A.3).

@@ -376,11 +376,7 @@ pub fn export_safetensors(
     .collect();
     let encoded =
         safetensors::serialize(views, Some(metadata)).map_err(|e| format_error(e.to_string()))?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    fs::write(&tmp, encoded).map_err(io_error(path))?;
-    fs::rename(&tmp, path).map_err(io_error(path))
+    cwm_formats::fs::write_atomic(path, &encoded).map_err(io_error(path))
 }
 
 /// One tensor read from the file.

@@ -123,6 +123,15 @@ impl DataError {
     }
 }
 
+impl From<cwm_formats::FormatError> for DataError {
+    fn from(err: cwm_formats::FormatError) -> DataError {
+        match err {
+            cwm_formats::FormatError::Io { path, source } => DataError::Io { path, source },
+            other => DataError::format(other.path(), other.detail()),
+        }
+    }
+}
+
 impl From<DataError> for StageError {
     fn from(err: DataError) -> StageError {
         match err {

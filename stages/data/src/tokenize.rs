@@ -34,6 +34,7 @@ use cwm_chess::encode::{
     EpConvention, NUM_MOVE_IDS, START, STATE_LEN, encode_state_after_move, encode_state_into,
     unpack_move,
 };
+use cwm_formats::tokenize::{COVERAGE_FILE, Coverage};
 use cwm_stage::{
     InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
     StageError, StageKind, ThreadsDecl,
@@ -517,19 +518,15 @@ fn write_coverage(
     summary: &TokenizeSummary,
     ep: EpConvention,
 ) -> Result<(), DataError> {
-    let coverage = serde_json::json!({
-        "games": summary.games,
-        "plies": summary.plies,
-        "distinct_move_ids": summary.distinct_move_ids,
-        "move_ids": NUM_MOVE_IDS,
-        "coverage": summary.distinct_move_ids as f64 / f64::from(NUM_MOVE_IDS),
-        "ep_convention": ep_name(ep),
-        "shards": summary.shards.len(),
-    });
-    let coverage_path = out_dir.join("coverage.json");
-    let mut text = serde_json::to_string_pretty(&coverage).unwrap_or_default();
-    text.push('\n');
-    std::fs::write(&coverage_path, text).map_err(|e| DataError::io(&coverage_path, e))?;
+    let coverage = Coverage::new(
+        summary.games,
+        summary.plies,
+        summary.distinct_move_ids as u64,
+        u64::from(NUM_MOVE_IDS),
+        ep_name(ep),
+        summary.shards.len() as u64,
+    );
+    cwm_formats::write_json(&out_dir.join(COVERAGE_FILE), &coverage)?;
     let readme = out_dir.join("README.md");
     std::fs::write(&readme, SHARD_LAYOUT).map_err(|e| DataError::io(&readme, e))
 }

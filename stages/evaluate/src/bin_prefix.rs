@@ -6,7 +6,7 @@
 //!   position.
 //! * **Output** `out`: `bins.parquet` (`bin` u32, `start` u32, `end` u32 exclusive, `steps` u64,
 //!   `exact_state` f64, `labelwise` f64), one row per non-empty bin in order, and
-//!   `summary.json` ([`BinPrefixSummary`]).
+//!   `summary.json` ([`BinPrefixSummary`], of [`cwm_formats::bins`]).
 //!
 //! The aggregation is a query ([`PREFIX_BINS_SQL`]) that DataFusion runs over the Parquet file:
 //! it scans the three columns it needs (`t`, `n_correct`, `exact`) and counts, per bin, valid
@@ -16,65 +16,26 @@
 //! `start + bin`, also for the last bin, which may hold fewer steps. Bins with no step are
 //! absent (the reference reports them with n = 0).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, Float64Array, Int64Array, RecordBatch, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema};
+use cwm_formats::Versioned;
 use cwm_models::BinCounts;
 use cwm_stage::{
     InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError,
     StageKind,
 };
 use parquet::arrow::ArrowWriter;
-use serde::{Deserialize, Serialize};
 
 use crate::EvalError;
 use crate::evaluate::EvaluateSummary;
-use crate::tables::{SUMMARY_FILE, TIMESTEPS_FILE, temp_name, write_atomically};
+use crate::tables::{SUMMARY_FILE, TIMESTEPS_FILE};
 
-/// File name of the bins table.
-pub const BINS_FILE: &str = "bins.parquet";
-
-/// One prefix bin.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PrefixBin {
-    /// Bin index `k`.
-    pub bin: u32,
-    /// First step of the bin (`bin · k`).
-    pub start: u32,
-    /// One past the last step of the bin (`bin · k + bin`).
-    pub end: u32,
-    /// Valid steps in the bin.
-    pub steps: u64,
-    /// ExactState restricted to the bin.
-    pub exact_state: f64,
-    /// Labelwise accuracy restricted to the bin.
-    pub labelwise: f64,
-}
-
-/// `summary.json` of a bin_prefix artifact.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BinPrefixSummary {
-    /// Always `"bin_prefix"`.
-    pub kind: String,
-    /// The split label, from the evaluate summary.
-    pub split: String,
-    /// The model family, from the evaluate summary.
-    pub arch: String,
-    /// The model size, from the evaluate summary.
-    pub size: String,
-    /// The parameter count, from the evaluate summary.
-    pub params: u64,
-    /// The bin width.
-    pub bin: u32,
-    /// The evaluate artifact's hash, or null.
-    pub evaluate_hash: Option<String>,
-    /// The non-empty bins in order.
-    pub bins: Vec<PrefixBin>,
-}
+pub use cwm_formats::bins::{BINS_FILE, BinPrefixSummary, PrefixBin};
 
 /// The aggregation `bin_prefix` runs, written as SQL for the reader (`{bin}` is the bin width);
 /// [`prefix_bins`] builds the same plan with DataFusion's DataFrame API. The three
@@ -236,7 +197,7 @@ async fn query_bins(timesteps: &Path, bin: u32) -> datafusion::error::Result<Vec
     Ok(rows)
 }
 
-/// Writes `bins` as `bins.parquet` at `path` (through a temporary name).
+/// Writes `bins` as `bins.parquet` at `path` ([`cwm_formats::fs::write_atomic`]).
 ///
 /// # Errors
 /// [`EvalError`] on write errors.
@@ -263,15 +224,15 @@ pub fn write_bins(path: &Path, bins: &[PrefixBin]) -> Result<(), EvalError> {
     ];
     let batch =
         RecordBatch::try_new(schema.clone(), columns).map_err(|e| EvalError::arrow(path, e))?;
-    let tmp = temp_name(path);
-    let file = std::fs::File::create(&tmp).map_err(|e| EvalError::io(&tmp, e))?;
     let mut writer =
-        ArrowWriter::try_new(file, schema, None).map_err(|e| EvalError::parquet(path, e))?;
+        ArrowWriter::try_new(Vec::new(), schema, None).map_err(|e| EvalError::parquet(path, e))?;
     writer
         .write(&batch)
         .map_err(|e| EvalError::parquet(path, e))?;
-    writer.close().map_err(|e| EvalError::parquet(path, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| EvalError::io(path, e))
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| EvalError::parquet(path, e))?;
+    cwm_formats::fs::write_atomic(path, &bytes).map_err(|e| EvalError::io(path, e))
 }
 
 /// Reads the `summary.json` of an evaluate artifact.
@@ -279,11 +240,9 @@ pub fn write_bins(path: &Path, bins: &[PrefixBin]) -> Result<(), EvalError> {
 /// # Errors
 /// [`EvalError`] when it is missing or not an evaluate summary.
 pub fn read_evaluate_summary(dir: &Path) -> Result<EvaluateSummary, EvalError> {
-    let path: PathBuf = dir.join(SUMMARY_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
-    let summary: EvaluateSummary =
-        serde_json::from_str(&text).map_err(|e| EvalError::format(&path, e.to_string()))?;
-    if summary.kind != "evaluate" {
+    let path = dir.join(SUMMARY_FILE);
+    let summary: EvaluateSummary = cwm_formats::read_json(&path)?;
+    if summary.kind != cwm_formats::evaluate::KIND {
         return Err(EvalError::format(
             &path,
             format!("kind is {:?}, expected \"evaluate\"", summary.kind),
@@ -308,7 +267,8 @@ pub fn bin_prefix(
     std::fs::create_dir_all(out_dir).map_err(|e| EvalError::io(out_dir, e))?;
     write_bins(&out_dir.join(BINS_FILE), &bins)?;
     let summary = BinPrefixSummary {
-        kind: "bin_prefix".to_owned(),
+        version: BinPrefixSummary::VERSION,
+        kind: cwm_formats::bins::KIND.to_owned(),
         split: source.split,
         arch: source.arch,
         size: source.size,
@@ -317,10 +277,7 @@ pub fn bin_prefix(
         evaluate_hash,
         bins,
     };
-    let mut text = serde_json::to_string_pretty(&summary)
-        .map_err(|e| EvalError::Invalid(format!("cannot serialize the summary: {e}")))?;
-    text.push('\n');
-    write_atomically(&out_dir.join(SUMMARY_FILE), &text)?;
+    cwm_formats::write_json(&out_dir.join(SUMMARY_FILE), &summary)?;
     Ok(summary)
 }
 

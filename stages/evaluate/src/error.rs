@@ -110,6 +110,15 @@ impl EvalError {
     }
 }
 
+impl From<cwm_formats::FormatError> for EvalError {
+    fn from(err: cwm_formats::FormatError) -> EvalError {
+        match err {
+            cwm_formats::FormatError::Io { path, source } => EvalError::Io { path, source },
+            other => EvalError::format(other.path(), other.detail()),
+        }
+    }
+}
+
 impl From<EvalError> for StageError {
     fn from(err: EvalError) -> StageError {
         match err {

@@ -7,7 +7,8 @@
 //!   `max_steps` (0 = full games; otherwise each game keeps its first `max_steps` tokens and
 //!   labels, START included, as the reference's truncation), `threads` (0 = all).
 //! * **Output** `out`: `timesteps.parquet`, `games.parquet` and `summary.json`
-//!   ([`EvaluateSummary`]); see [`crate::tables`] for the columns.
+//!   ([`EvaluateSummary`], of [`cwm_formats::evaluate`]); see [`crate::tables`] for the
+//!   columns.
 //!
 //! Games stream in file order, `batch_size` at a time, right-padded with `PAD` like the
 //! reference's collate function; memory is bounded by one batch. The model runs on a plain
@@ -21,6 +22,8 @@ use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
+use cwm_formats::Versioned;
+pub use cwm_formats::evaluate::EvaluateSummary;
 use cwm_models::checkpoint::CONFIG_FILE;
 use cwm_models::{
     LABEL_GROUPS, Model, ModelConfig, N_LABELS, PAD_TOKEN, StateMetrics, StateModel,
@@ -31,10 +34,9 @@ use cwm_stage::{
     StageContext, StageError, StageKind, ThreadsDecl,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
-use serde::{Deserialize, Serialize};
 
 use crate::EvalError;
-use crate::tables::{GameRow, SUMMARY_FILE, StepRow, TableWriters, write_atomically};
+use crate::tables::{GameRow, SUMMARY_FILE, StepRow, TableWriters};
 
 /// Width of the prefix bins the summary's metrics accumulator keeps (the reference's default).
 const BIN_SIZE: usize = 20;
@@ -74,43 +76,6 @@ impl Default for EvaluateOptions {
             data_hash: None,
         }
     }
-}
-
-/// `summary.json` of an evaluate artifact.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvaluateSummary {
-    /// Always `"evaluate"`.
-    pub kind: String,
-    /// The split label.
-    pub split: String,
-    /// The model family's canonical name.
-    pub arch: String,
-    /// The model size's canonical name (`d128`, ...).
-    pub size: String,
-    /// The model's parameter count.
-    pub params: u64,
-    /// The model artifact's hash, or null.
-    pub model_hash: Option<String>,
-    /// The data artifact's hash, or null.
-    pub data_hash: Option<String>,
-    /// Games evaluated.
-    pub games: u64,
-    /// Valid steps evaluated (t = 0 included).
-    pub steps: u64,
-    /// Σ cross-entropy / (75 · steps): the reference's `loss`.
-    pub loss: f64,
-    /// Mean fraction of correct labels over valid steps (`partial_exact`).
-    pub labelwise: f64,
-    /// Fraction of valid steps with all 75 labels right (`full_exact`).
-    pub exact_state: f64,
-    /// Fraction of games with every step exact (`game_exact`).
-    pub trajectory: f64,
-    /// Games with every step exact (`game_exact_num`).
-    #[serde(default)]
-    pub exact_games: u64,
-    /// The truncation used (0 = none).
-    #[serde(default)]
-    pub max_steps: u64,
 }
 
 /// The checkpoint directory of `path`: `path` itself when it holds `model.json`, else its
@@ -615,7 +580,8 @@ fn run_evaluation(
     writers.finish()?;
     let (exact_games, games) = metrics.game_exact_counts();
     let summary = EvaluateSummary {
-        kind: "evaluate".to_owned(),
+        version: EvaluateSummary::VERSION,
+        kind: cwm_formats::evaluate::KIND.to_owned(),
         split: options.split.clone(),
         arch: config.family.name().to_owned(),
         size: config.size.name().to_owned(),
@@ -631,10 +597,7 @@ fn run_evaluation(
         exact_games,
         max_steps: options.max_steps as u64,
     };
-    let mut text = serde_json::to_string_pretty(&summary)
-        .map_err(|e| EvalError::Invalid(format!("cannot serialize the summary: {e}")))?;
-    text.push('\n');
-    write_atomically(&out_dir.join(SUMMARY_FILE), &text)?;
+    cwm_formats::write_json(&out_dir.join(SUMMARY_FILE), &summary)?;
     Ok(summary)
 }
 

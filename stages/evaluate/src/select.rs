@@ -6,8 +6,9 @@
 //!   validation only). The paper selects stage-1 and stage-2 settings by validation loss; lower
 //!   wins, ties go to the instance name that sorts first. `group_by` (`[arch, size]`): the
 //!   top-level fields of the train summary whose values form a group.
-//! * **Output** `out`: `selected.json` ([`Selection`]). The `train` stage reads its `choices`
-//!   (input `hparams`) to retrain the winners.
+//! * **Output** `out`: `selected.json` ([`Selection`], of [`cwm_formats::select`]). The `train`
+//!   stage reads its `choices` (input `hparams`) to retrain the winners. The train summaries
+//!   are read as [`TrainSummary`].
 //!
 //! A run without a finite validation loss is not a candidate (and is logged); a group whose
 //! runs all lack one gets no choice.
@@ -15,18 +16,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use cwm_formats::Versioned;
+use cwm_formats::train::{SUMMARY_FILE, TrainSummary, ValMetrics};
 use cwm_stage::{
     InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, ParamValue, StageContext,
     StageError, StageKind,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::EvalError;
-use crate::tables::{SUMMARY_FILE, write_atomically};
 
-/// File name of the selection.
-pub const SELECTED_FILE: &str = "selected.json";
+pub use cwm_formats::select::{Choice, ChosenHparams, SELECTED_FILE, Selection};
 
 /// Which validation figure ranks the runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,59 +67,6 @@ pub struct RunInput {
     pub dir: PathBuf,
 }
 
-/// The hyperparameters a choice carries to the retraining.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChosenHparams {
-    /// Peak learning rate.
-    pub lr: f64,
-    /// AdamW β2.
-    pub beta2: f64,
-    /// AdamW weight decay.
-    pub weight_decay: f64,
-    /// Warm-up steps.
-    pub warmup_steps: u64,
-}
-
-/// The winner of one group.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Choice {
-    /// The model family.
-    pub arch: String,
-    /// The model size.
-    pub size: String,
-    /// The producing instance's name.
-    pub instance: String,
-    /// The train artifact's hash.
-    pub train_hash: String,
-    /// Its hyperparameters.
-    pub hparams: ChosenHparams,
-    /// The validation loss it was chosen by.
-    pub val_loss: f64,
-    /// ExactState of the same validation.
-    pub exact_state: Option<f64>,
-    /// Labelwise of the same validation.
-    pub labelwise: Option<f64>,
-    /// Trajectory exactness of the same validation.
-    pub trajectory: Option<f64>,
-}
-
-/// `selected.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Selection {
-    /// Always `"select"`.
-    pub kind: String,
-    /// The metric's name.
-    pub metric: String,
-    /// The fields that formed the groups.
-    pub group_by: Vec<String>,
-    /// One choice per group, in group order.
-    pub choices: Vec<Choice>,
-    /// Runs that had the metric (the candidates ranked).
-    pub candidates: u64,
-    /// Runs without it, by instance name.
-    pub skipped: Vec<String>,
-}
-
 fn field_str(summary: &Value, path: &Path, key: &str) -> Result<String, EvalError> {
     match summary.get(key) {
         Some(Value::String(s)) => Ok(s.clone()),
@@ -132,19 +79,11 @@ fn field_str(summary: &Value, path: &Path, key: &str) -> Result<String, EvalErro
     }
 }
 
-fn number(value: &Value, path: &Path, key: &str) -> Result<f64, EvalError> {
-    value
-        .get(key)
-        .and_then(Value::as_f64)
-        .ok_or_else(|| EvalError::format(path, format!("field {key:?} is missing or not a number")))
-}
-
 /// The validation record (`best_val` / `final_val`) the metric uses, if any.
-fn validation(summary: &Value, metric: Metric) -> Option<&Value> {
-    let record = |key: &str| summary.get(key).filter(|v| v.is_object());
+fn validation(summary: &TrainSummary, metric: Metric) -> Option<&ValMetrics> {
     match metric {
-        Metric::ValLoss => record("best_val").or_else(|| record("final_val")),
-        Metric::FinalValLoss => record("final_val"),
+        Metric::ValLoss => summary.best_val.as_ref().or(summary.final_val.as_ref()),
+        Metric::FinalValLoss => summary.final_val.as_ref(),
     }
 }
 
@@ -165,55 +104,40 @@ pub fn select_runs(
     for run in runs {
         let path = run.dir.join(SUMMARY_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
-        let summary: Value =
+        let fields: Value =
             serde_json::from_str(&text).map_err(|e| EvalError::format(&path, e.to_string()))?;
-        if summary.get("kind").and_then(Value::as_str) != Some("train") {
+        // The kind first: another kind's summary fails on it rather than on a missing field.
+        if fields.get("kind").and_then(Value::as_str) != Some(cwm_formats::train::KIND) {
             return Err(EvalError::format(
                 &path,
                 "not a train summary (kind is not \"train\")",
             ));
         }
+        let summary: TrainSummary = cwm_formats::from_value(&path, &fields)?;
+        // Groups are formed by any top-level fields, as the file has them.
         let key = group_by
             .iter()
-            .map(|field| field_str(&summary, &path, field))
+            .map(|field| field_str(&fields, &path, field))
             .collect::<Result<Vec<_>, _>>()?;
         let Some(val) = validation(&summary, metric) else {
             skipped.push(run.instance.clone());
             continue;
         };
-        let val_loss = match val.get("loss").and_then(Value::as_f64) {
-            Some(loss) if loss.is_finite() => loss,
-            _ => {
-                skipped.push(run.instance.clone());
-                continue;
-            }
-        };
-        candidates += 1;
-        let hparams = summary
-            .get("hparams")
-            .ok_or_else(|| EvalError::format(&path, "field \"hparams\" is missing"))?;
-        let warmup = number(hparams, &path, "warmup_steps")?;
-        if warmup < 0.0 || warmup.fract() != 0.0 {
-            return Err(EvalError::format(
-                &path,
-                "hparams.warmup_steps is not a count",
-            ));
+        if !val.loss.is_finite() {
+            skipped.push(run.instance.clone());
+            continue;
         }
+        candidates += 1;
         let choice = Choice {
-            arch: field_str(&summary, &path, "arch")?,
-            size: field_str(&summary, &path, "size")?,
+            arch: summary.arch.clone(),
+            size: summary.size.clone(),
             instance: run.instance.clone(),
             train_hash: run.hash.clone(),
-            hparams: ChosenHparams {
-                lr: number(hparams, &path, "lr")?,
-                beta2: number(hparams, &path, "beta2")?,
-                weight_decay: number(hparams, &path, "weight_decay")?,
-                warmup_steps: warmup as u64,
-            },
-            val_loss,
-            exact_state: val.get("exact_state").and_then(Value::as_f64),
-            labelwise: val.get("labelwise").and_then(Value::as_f64),
-            trajectory: val.get("trajectory").and_then(Value::as_f64),
+            hparams: ChosenHparams::from(&summary.hparams),
+            val_loss: val.loss,
+            exact_state: Some(val.exact_state).filter(|x| x.is_finite()),
+            labelwise: Some(val.labelwise).filter(|x| x.is_finite()),
+            trajectory: Some(val.trajectory).filter(|x| x.is_finite()),
         };
         let better = match best.get(&key) {
             None => true,
@@ -234,7 +158,8 @@ pub fn select_runs(
         )));
     }
     Ok(Selection {
-        kind: "select".to_owned(),
+        version: Selection::VERSION,
+        kind: cwm_formats::select::KIND.to_owned(),
         metric: metric.name().to_owned(),
         group_by: group_by.to_vec(),
         choices: best.into_values().collect(),
@@ -254,11 +179,8 @@ pub fn write_selection(
     out_dir: &Path,
 ) -> Result<Selection, EvalError> {
     let selection = select_runs(runs, metric, group_by)?;
-    let mut text = serde_json::to_string_pretty(&selection)
-        .map_err(|e| EvalError::Invalid(format!("cannot serialize the selection: {e}")))?;
-    text.push('\n');
     std::fs::create_dir_all(out_dir).map_err(|e| EvalError::io(out_dir, e))?;
-    write_atomically(&out_dir.join(SELECTED_FILE), &text)?;
+    cwm_formats::write_json(&out_dir.join(SELECTED_FILE), &selection)?;
     Ok(selection)
 }
 

@@ -1,5 +1,6 @@
-//! The Parquet tables `evaluate` writes (`timesteps.parquet`, `games.parquet`), written under a
-//! temporary name and renamed into place when complete.
+//! The Parquet tables `evaluate` writes (`timesteps.parquet`, `games.parquet`; their rows are
+//! [`cwm_formats::evaluate`]'s), written under a temporary name and renamed into place when
+//! complete ([`AtomicFile`]).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -9,56 +10,14 @@ use arrow::array::{
     ArrayRef, BooleanArray, Float32Array, RecordBatch, StringArray, UInt8Array, UInt32Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use cwm_formats::fs::AtomicFile;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::EvalError;
 
-/// File name of the per-step table.
-pub const TIMESTEPS_FILE: &str = "timesteps.parquet";
-/// File name of the per-game table.
-pub const GAMES_FILE: &str = "games.parquet";
-/// File name of the summary.
-pub const SUMMARY_FILE: &str = "summary.json";
-
-/// One evaluated step of one game: a row of `timesteps.parquet`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepRow {
-    /// Step index, 0 being the start position.
-    pub t: u32,
-    /// Labels (of 75) whose argmax equals the target.
-    pub n_correct: u8,
-    /// Correct square labels (of 64).
-    pub board: u8,
-    /// Whether the side-to-move label is correct.
-    pub side: bool,
-    /// Correct castling-right labels (of 4).
-    pub castling: u8,
-    /// Correct en-passant labels, file and rank (of 2).
-    pub en_passant: u8,
-    /// Correct halfmove-clock bytes (of 2).
-    pub halfmove: u8,
-    /// Correct fullmove-number bytes (of 2).
-    pub fullmove: u8,
-    /// The step's cross-entropy summed over the 75 labels, divided by 75.
-    pub loss: f32,
-}
-
-/// One evaluated game: a row of `games.parquet`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GameRow {
-    /// The example id.
-    pub game_id: String,
-    /// Plies of the game as stored (before any `max_steps` truncation).
-    pub plies: u32,
-    /// Steps evaluated (`plies + 1`, or `max_steps` when truncated).
-    pub steps: u32,
-    /// Evaluated steps with all 75 labels right.
-    pub exact_steps: u32,
-    /// Whether every evaluated step was exact (the trajectory's exactness).
-    pub all_exact: bool,
-}
+pub use cwm_formats::evaluate::{GAMES_FILE, GameRow, SUMMARY_FILE, StepRow, TIMESTEPS_FILE};
 
 /// Schema of `timesteps.parquet`.
 pub fn timesteps_schema() -> SchemaRef {
@@ -88,32 +47,19 @@ pub fn games_schema() -> SchemaRef {
     ]))
 }
 
-/// The temporary name a file is written under before it is renamed into place.
-pub(crate) fn temp_name(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    path.with_file_name(name)
-}
-
-/// Writes `text` to `path` through a temporary file and a rename.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), EvalError> {
-    let tmp = temp_name(path);
-    std::fs::write(&tmp, text).map_err(|e| EvalError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| EvalError::io(path, e))
-}
-
-/// A Parquet file being written under a temporary name.
+/// A Parquet file being written under a temporary name ([`AtomicFile`]).
 struct PendingParquet {
     path: PathBuf,
-    tmp: PathBuf,
+    file: AtomicFile,
     schema: SchemaRef,
     writer: ArrowWriter<File>,
 }
 
 impl PendingParquet {
     fn create(path: &Path, schema: SchemaRef) -> Result<Self, EvalError> {
-        let tmp = temp_name(path);
-        let file = File::create(&tmp).map_err(|e| EvalError::io(&tmp, e))?;
+        let atomic = AtomicFile::new(path);
+        let tmp = atomic.temp_path();
+        let file = File::create(tmp).map_err(|e| EvalError::io(tmp, e))?;
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
             .build();
@@ -121,7 +67,7 @@ impl PendingParquet {
             .map_err(|e| EvalError::parquet(path, e))?;
         Ok(Self {
             path: path.to_path_buf(),
-            tmp,
+            file: atomic,
             schema,
             writer,
         })
@@ -139,7 +85,7 @@ impl PendingParquet {
         self.writer
             .close()
             .map_err(|e| EvalError::parquet(&self.path, e))?;
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| EvalError::io(&self.path, e))
+        self.file.commit().map_err(|e| EvalError::io(&self.path, e))
     }
 }
 

@@ -81,6 +81,28 @@ impl ReportError {
     }
 }
 
+impl From<cwm_formats::FormatError> for ReportError {
+    fn from(error: cwm_formats::FormatError) -> Self {
+        use cwm_formats::FormatError;
+        match error {
+            FormatError::Io { path, source } => ReportError::Io { path, source },
+            FormatError::Json { path, source } => ReportError::Json { path, source },
+            FormatError::Field {
+                path,
+                field,
+                message,
+            } => ReportError::Field {
+                path,
+                field,
+                message,
+            },
+            version @ FormatError::Version { .. } => {
+                ReportError::field(version.path(), "version", version.detail())
+            }
+        }
+    }
+}
+
 impl From<ReportError> for cwm_stage::StageError {
     fn from(error: ReportError) -> Self {
         match error {

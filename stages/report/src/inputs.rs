@@ -1,4 +1,5 @@
-//! Reading the input artifacts: which kind each one is and the fields the tables need.
+//! Reading the input artifacts: which kind each one is and the files the tables need, read as
+//! the types of [`cwm_formats`] their writers write.
 //!
 //! An artifact is recognised by its producer's kind (`tokenize`, `train`, `select`,
 //! `evaluate`, `bin_prefix`); an artifact of another kind (a `command` stage that wrote a
@@ -7,15 +8,25 @@
 //! A recognised artifact whose files are missing or malformed fails the report with the file
 //! and field named.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use cwm_formats::bins::BinPrefixSummary;
+use cwm_formats::evaluate::EvaluateSummary;
+use cwm_formats::select::{Choice, SELECTED_FILE, Selection};
+use cwm_formats::tokenize::{COVERAGE_FILE, Coverage as CoverageFile};
+use cwm_formats::train::{ScheduleKind, TrainSummary};
 use cwm_models::{Family, Size};
 use cwm_stage::InputArtifact;
 use serde_json::Value;
 
+pub use cwm_formats::bins::PrefixBin;
+pub use cwm_formats::train::ValMetrics;
+
 use crate::error::ReportError;
 use crate::table::Source;
+
+/// The summary file of train, evaluate and bin_prefix artifacts.
+const SUMMARY_FILE: &str = "summary.json";
 
 /// Where a record came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,48 +55,8 @@ impl Origin {
 pub struct Coverage {
     /// The artifact.
     pub origin: Origin,
-    /// Games tokenized.
-    pub games: u64,
-    /// Plies tokenized.
-    pub plies: u64,
-    /// Distinct move ids seen.
-    pub distinct_move_ids: u64,
-    /// Size of the move-id space (20,480).
-    pub move_ids: u64,
-}
-
-/// Validation metrics at one step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ValMetrics {
-    /// The optimizer step.
-    pub step: u64,
-    /// Loss.
-    pub loss: f64,
-    /// Labelwise accuracy (fraction).
-    pub labelwise: f64,
-    /// ExactState (fraction).
-    pub exact_state: f64,
-    /// Trajectory exactness (fraction).
-    pub trajectory: f64,
-}
-
-/// The hyperparameters of a run that the tables print or group by.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Hparams {
-    /// Peak learning rate.
-    pub lr: f64,
-    /// Adam β2.
-    pub beta2: f64,
-    /// Weight decay.
-    pub weight_decay: f64,
-    /// Warm-up steps.
-    pub warmup_steps: u64,
-    /// LR schedule (`none`, `constant`, `cosine`, `linear`), when recorded.
-    pub schedule: Option<String>,
-    /// Cosine floor `r`, when recorded.
-    pub lr_min_ratio: Option<f64>,
-    /// Every recorded hyperparameter, for telling runs apart.
-    pub all: BTreeMap<String, Value>,
+    /// The file.
+    pub file: CoverageFile,
 }
 
 /// A `train` artifact's `summary.json`.
@@ -93,36 +64,32 @@ pub struct Hparams {
 pub struct TrainRun {
     /// The artifact.
     pub origin: Origin,
-    /// Family.
+    /// Family (the summary's `arch`).
     pub family: Family,
     /// Size.
     pub size: Size,
-    /// Parameter count.
-    pub params: u64,
-    /// Hyperparameters.
-    pub hparams: Hparams,
-    /// Optimizer steps run.
-    pub steps: u64,
-    /// Validation at the end, if any.
-    pub final_val: Option<ValMetrics>,
-    /// The validation with the lowest loss, if any.
-    pub best_val: Option<ValMetrics>,
+    /// The file.
+    pub summary: TrainSummary,
 }
 
 impl TrainRun {
     /// The validation the report ranks runs by: the best one, else the final one.
     pub fn val(&self) -> Option<&ValMetrics> {
-        self.best_val.as_ref().or(self.final_val.as_ref())
+        self.summary
+            .best_val
+            .as_ref()
+            .or(self.summary.final_val.as_ref())
     }
 
-    /// First-stage sweep runs: constant learning rate (`none` or `constant`).
+    /// First-stage sweep runs: constant learning rate (schedule `none`, which other producers
+    /// may call `constant`).
     pub fn is_first_stage(&self) -> bool {
-        matches!(self.hparams.schedule.as_deref(), Some("none" | "constant"))
+        self.summary.hparams.schedule.kind == ScheduleKind::None
     }
 
     /// Second-stage runs: cosine decay.
     pub fn is_cosine(&self) -> bool {
-        self.hparams.schedule.as_deref() == Some("cosine")
+        self.summary.hparams.schedule.kind == ScheduleKind::Cosine
     }
 }
 
@@ -135,12 +102,8 @@ pub struct SelectChoice {
     pub family: Family,
     /// Size.
     pub size: Size,
-    /// The chosen train instance.
-    pub instance: String,
-    /// Its artifact hash.
-    pub train_hash: String,
-    /// Its hyperparameters.
-    pub hparams: Hparams,
+    /// The choice as recorded.
+    pub choice: Choice,
     /// Its validation metrics (`step` is 0: selected.json records none).
     pub val: ValMetrics,
 }
@@ -150,62 +113,25 @@ pub struct SelectChoice {
 pub struct EvalResult {
     /// The artifact.
     pub origin: Origin,
-    /// The split label (`test_real`, `test_random`, ...).
-    pub split: String,
     /// Family.
     pub family: Family,
     /// Size.
     pub size: Size,
-    /// Parameter count.
-    pub params: u64,
-    /// Games evaluated.
-    pub games: u64,
-    /// Valid steps evaluated.
-    pub steps: u64,
-    /// Loss.
-    pub loss: f64,
-    /// Labelwise accuracy (fraction).
-    pub labelwise: f64,
-    /// ExactState (fraction).
-    pub exact_state: f64,
-    /// Trajectory exactness (fraction).
-    pub trajectory: f64,
+    /// The file.
+    pub summary: EvaluateSummary,
 }
 
-/// One prefix bin.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bin {
-    /// Bin index.
-    pub bin: u32,
-    /// First step (inclusive).
-    pub start: u32,
-    /// Last step (exclusive).
-    pub end: u32,
-    /// Valid steps in the bin.
-    pub steps: u64,
-    /// ExactState in the bin (fraction).
-    pub exact_state: f64,
-    /// Labelwise accuracy in the bin (fraction).
-    pub labelwise: f64,
-}
-
-/// A `bin_prefix` artifact's `summary.json`.
+/// A `bin_prefix` artifact's `summary.json`, its bins sorted by their first step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BinResult {
     /// The artifact.
     pub origin: Origin,
-    /// The split label.
-    pub split: String,
     /// Family.
     pub family: Family,
     /// Size.
     pub size: Size,
-    /// Parameter count.
-    pub params: u64,
-    /// Bin width in steps.
-    pub bin_size: u64,
-    /// The bins, by index.
-    pub bins: Vec<Bin>,
+    /// The file.
+    pub summary: BinPrefixSummary,
 }
 
 /// Everything the report read, sorted by instance name within each kind.
@@ -237,7 +163,7 @@ pub fn recognise(artifact: &InputArtifact) -> Option<&'static str> {
     {
         return Some(kind);
     }
-    let summary = artifact.path.join("summary.json");
+    let summary = artifact.path.join(SUMMARY_FILE);
     if let Ok(text) = std::fs::read_to_string(&summary)
         && let Ok(value) = serde_json::from_str::<Value>(&text)
         && let Some(kind) = value.get("kind").and_then(Value::as_str)
@@ -245,10 +171,10 @@ pub fn recognise(artifact: &InputArtifact) -> Option<&'static str> {
     {
         return Some(known);
     }
-    if artifact.path.join("selected.json").is_file() {
+    if artifact.path.join(SELECTED_FILE).is_file() {
         return Some("select");
     }
-    if artifact.path.join("coverage.json").is_file() {
+    if artifact.path.join(COVERAGE_FILE).is_file() {
         return Some("tokenize");
     }
     None
@@ -284,314 +210,98 @@ pub fn read_inputs(artifacts: &[InputArtifact]) -> Result<Inputs, ReportError> {
     Ok(inputs)
 }
 
-/// A JSON file and typed access to its fields, with errors naming file and field.
-struct Json {
-    path: PathBuf,
-    value: Value,
+/// `name` as a family or a size, or an error naming `field` of the file at `path`.
+fn parse_name<T>(path: &Path, field: &str, name: &str) -> Result<T, ReportError>
+where
+    T: std::str::FromStr<Err = cwm_models::ModelError>,
+{
+    name.parse()
+        .map_err(|e: cwm_models::ModelError| ReportError::field(path, field, e.to_string()))
 }
 
-impl Json {
-    fn read(path: PathBuf) -> Result<Self, ReportError> {
-        let text = std::fs::read_to_string(&path).map_err(|e| ReportError::io(&path, e))?;
-        let value = serde_json::from_str(&text).map_err(|source| ReportError::Json {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(Self { path, value })
-    }
-
-    fn at<'a>(&self, value: &'a Value, field: &str) -> Result<&'a Value, ReportError> {
-        let mut current = value;
-        for part in field.split('.') {
-            current = current
-                .get(part)
-                .ok_or_else(|| ReportError::field(&self.path, field, "missing"))?;
-        }
-        Ok(current)
-    }
-
-    fn f64_in(&self, value: &Value, field: &str) -> Result<f64, ReportError> {
-        let v = self.at(value, field)?;
-        v.as_f64().ok_or_else(|| {
-            ReportError::field(&self.path, field, format!("expected a number, found {v}"))
-        })
-    }
-
-    fn u64_in(&self, value: &Value, field: &str) -> Result<u64, ReportError> {
-        let v = self.at(value, field)?;
-        v.as_u64()
-            .or_else(|| {
-                // Integral floats (`5000.0`) are accepted: hparams may round-trip through f64.
-                v.as_f64()
-                    .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 2f64.powi(63))
-                    .map(|x| x as u64)
-            })
-            .ok_or_else(|| {
-                ReportError::field(
-                    &self.path,
-                    field,
-                    format!("expected a non-negative integer, found {v}"),
-                )
-            })
-    }
-
-    fn str_in<'a>(&self, value: &'a Value, field: &str) -> Result<&'a str, ReportError> {
-        let v = self.at(value, field)?;
-        v.as_str().ok_or_else(|| {
-            ReportError::field(&self.path, field, format!("expected a string, found {v}"))
-        })
-    }
-
-    fn f64(&self, field: &str) -> Result<f64, ReportError> {
-        self.f64_in(&self.value, field)
-    }
-
-    fn u64(&self, field: &str) -> Result<u64, ReportError> {
-        self.u64_in(&self.value, field)
-    }
-
-    fn str(&self, field: &str) -> Result<&str, ReportError> {
-        self.str_in(&self.value, field)
-    }
-
-    fn family_in(&self, value: &Value, field: &str) -> Result<Family, ReportError> {
-        let name = self.str_in(value, field)?;
-        name.parse().map_err(|e: cwm_models::ModelError| {
-            ReportError::field(&self.path, field, e.to_string())
-        })
-    }
-
-    fn size_in(&self, value: &Value, field: &str) -> Result<Size, ReportError> {
-        let name = self.str_in(value, field)?;
-        name.parse().map_err(|e: cwm_models::ModelError| {
-            ReportError::field(&self.path, field, e.to_string())
-        })
-    }
-
-    fn check_kind(&self, expected: &str) -> Result<(), ReportError> {
-        match self.value.get("kind") {
-            None => Ok(()),
-            Some(Value::String(kind)) if kind == expected => Ok(()),
-            Some(other) => Err(ReportError::field(
-                &self.path,
-                "kind",
-                format!("expected \"{expected}\", found {other}"),
-            )),
-        }
-    }
-
-    fn hparams_in(&self, value: &Value, field: &str) -> Result<Hparams, ReportError> {
-        let object = self.at(value, field)?;
-        let Some(map) = object.as_object() else {
-            return Err(ReportError::field(&self.path, field, "expected an object"));
-        };
-        let sub = |name: &str| format!("{field}.{name}");
-        let schedule = match map.get("schedule") {
-            None | Some(Value::Null) => None,
-            Some(_) => Some(self.str_in(value, &sub("schedule"))?.to_owned()),
-        };
-        let lr_min_ratio = match map.get("lr_min_ratio") {
-            None | Some(Value::Null) => None,
-            Some(_) => Some(self.f64_in(value, &sub("lr_min_ratio"))?),
-        };
-        Ok(Hparams {
-            lr: self.f64_in(value, &sub("lr"))?,
-            beta2: self.f64_in(value, &sub("beta2"))?,
-            weight_decay: self.f64_in(value, &sub("weight_decay"))?,
-            warmup_steps: self.u64_in(value, &sub("warmup_steps"))?,
-            schedule,
-            lr_min_ratio,
-            all: map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        })
-    }
-
-    fn val_in(&self, field: &str) -> Result<Option<ValMetrics>, ReportError> {
-        match self.value.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(_) => Ok(Some(ValMetrics {
-                step: self.u64(&format!("{field}.step"))?,
-                loss: self.f64(&format!("{field}.loss"))?,
-                labelwise: self.f64(&format!("{field}.labelwise"))?,
-                exact_state: self.f64(&format!("{field}.exact_state"))?,
-                trajectory: self.f64(&format!("{field}.trajectory"))?,
-            })),
-        }
+/// An error unless `kind` is `expected`.
+fn check_kind(path: &Path, kind: &str, expected: &str) -> Result<(), ReportError> {
+    if kind == expected {
+        Ok(())
+    } else {
+        Err(ReportError::field(
+            path,
+            "kind",
+            format!("expected {expected:?}, found {kind:?}"),
+        ))
     }
 }
 
 fn read_coverage(origin: Origin, dir: &Path) -> Result<Coverage, ReportError> {
-    let json = Json::read(dir.join("coverage.json"))?;
-    Ok(Coverage {
-        origin,
-        games: json.u64("games")?,
-        plies: json.u64("plies")?,
-        distinct_move_ids: json.u64("distinct_move_ids")?,
-        move_ids: match json.value.get("move_ids") {
-            Some(_) => json.u64("move_ids")?,
-            None => 20_480,
-        },
-    })
+    let file = cwm_formats::read_json(&dir.join(COVERAGE_FILE))?;
+    Ok(Coverage { origin, file })
 }
 
 fn read_train(origin: Origin, dir: &Path) -> Result<TrainRun, ReportError> {
-    let json = Json::read(dir.join("summary.json"))?;
-    json.check_kind("train")?;
-    let root = &json.value;
+    let path = dir.join(SUMMARY_FILE);
+    let summary: TrainSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::train::KIND)?;
     Ok(TrainRun {
-        family: json.family_in(root, "arch")?,
-        size: json.size_in(root, "size")?,
-        params: json.u64("params")?,
-        hparams: json.hparams_in(root, "hparams")?,
-        steps: json.u64("steps")?,
-        final_val: json.val_in("final_val")?,
-        best_val: json.val_in("best_val")?,
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
         origin,
     })
 }
 
 fn read_select(origin: &Origin, dir: &Path) -> Result<Vec<SelectChoice>, ReportError> {
-    let json = Json::read(dir.join("selected.json"))?;
-    json.check_kind("select")?;
-    let Some(choices) = json.value.get("choices").and_then(Value::as_array) else {
-        return Err(ReportError::field(
-            &json.path,
-            "choices",
-            "expected an array",
-        ));
-    };
-    let mut out = Vec::with_capacity(choices.len());
-    for (i, choice) in choices.iter().enumerate() {
+    let path = dir.join(SELECTED_FILE);
+    let selection: Selection = cwm_formats::read_json(&path)?;
+    check_kind(&path, &selection.kind, cwm_formats::select::KIND)?;
+    let mut out = Vec::with_capacity(selection.choices.len());
+    for (i, choice) in selection.choices.into_iter().enumerate() {
         let field = |name: &str| format!("choices.{i}.{name}");
-        // `at` walks dotted paths through objects; array items are addressed from the item.
-        let f = |name: &str| {
-            choice
-                .get(name)
-                .ok_or_else(|| ReportError::field(&json.path, field(name), "missing"))
-        };
-        let num = |name: &str| {
-            let v = f(name)?;
-            v.as_f64().ok_or_else(|| {
-                ReportError::field(
-                    &json.path,
-                    field(name),
-                    format!("expected a number, found {v}"),
-                )
+        // The tables print every metric of a choice: a missing one (a validation that
+        // recorded none) is an error here.
+        let metric = |name: &str, value: Option<f64>| {
+            value.ok_or_else(|| {
+                ReportError::field(&path, field(name), "expected a number, found null")
             })
         };
-        let text = |name: &str| {
-            let v = f(name)?;
-            v.as_str().map(str::to_owned).ok_or_else(|| {
-                ReportError::field(
-                    &json.path,
-                    field(name),
-                    format!("expected a string, found {v}"),
-                )
-            })
+        let val = ValMetrics {
+            step: 0,
+            loss: choice.val_loss,
+            labelwise: metric("labelwise", choice.labelwise)?,
+            exact_state: metric("exact_state", choice.exact_state)?,
+            trajectory: metric("trajectory", choice.trajectory)?,
         };
-        let family = text("arch")?.parse().map_err(|e: cwm_models::ModelError| {
-            ReportError::field(&json.path, field("arch"), e.to_string())
-        })?;
-        let size = text("size")?.parse().map_err(|e: cwm_models::ModelError| {
-            ReportError::field(&json.path, field("size"), e.to_string())
-        })?;
-        let hparams = json.hparams_in(choice, "hparams").map_err(|e| match e {
-            ReportError::Field {
-                path,
-                field: f,
-                message,
-            } => ReportError::Field {
-                path,
-                field: format!("choices.{i}.{f}"),
-                message,
-            },
-            other => other,
-        })?;
         out.push(SelectChoice {
             origin: origin.clone(),
-            family,
-            size,
-            instance: text("instance")?,
-            train_hash: text("train_hash")?,
-            hparams,
-            val: ValMetrics {
-                step: 0,
-                loss: num("val_loss")?,
-                labelwise: num("labelwise")?,
-                exact_state: num("exact_state")?,
-                trajectory: num("trajectory")?,
-            },
+            family: parse_name(&path, &field("arch"), &choice.arch)?,
+            size: parse_name(&path, &field("size"), &choice.size)?,
+            choice,
+            val,
         });
     }
     Ok(out)
 }
 
 fn read_evaluate(origin: Origin, dir: &Path) -> Result<EvalResult, ReportError> {
-    let json = Json::read(dir.join("summary.json"))?;
-    json.check_kind("evaluate")?;
-    let root = &json.value;
+    let path = dir.join(SUMMARY_FILE);
+    let summary: EvaluateSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::evaluate::KIND)?;
     Ok(EvalResult {
-        split: json.str("split")?.to_owned(),
-        family: json.family_in(root, "arch")?,
-        size: json.size_in(root, "size")?,
-        params: json.u64("params")?,
-        games: json.u64("games")?,
-        steps: json.u64("steps")?,
-        loss: json.f64("loss")?,
-        labelwise: json.f64("labelwise")?,
-        exact_state: json.f64("exact_state")?,
-        trajectory: json.f64("trajectory")?,
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
         origin,
     })
 }
 
 fn read_bins(origin: Origin, dir: &Path) -> Result<BinResult, ReportError> {
-    let json = Json::read(dir.join("summary.json"))?;
-    json.check_kind("bin_prefix")?;
-    let root = &json.value;
-    let Some(items) = root.get("bins").and_then(Value::as_array) else {
-        return Err(ReportError::field(&json.path, "bins", "expected an array"));
-    };
-    let mut bins = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let named = |e: ReportError| match e {
-            ReportError::Field {
-                path,
-                field,
-                message,
-            } => ReportError::Field {
-                path,
-                field: format!("bins.{i}.{field}"),
-                message,
-            },
-            other => other,
-        };
-        let u32_of = |name: &str| -> Result<u32, ReportError> {
-            let v = json.u64_in(item, name).map_err(named)?;
-            u32::try_from(v).map_err(|_| {
-                ReportError::field(
-                    &json.path,
-                    format!("bins.{i}.{name}"),
-                    format!("{v} is too large"),
-                )
-            })
-        };
-        bins.push(Bin {
-            bin: u32_of("bin")?,
-            start: u32_of("start")?,
-            end: u32_of("end")?,
-            steps: json.u64_in(item, "steps").map_err(named)?,
-            exact_state: json.f64_in(item, "exact_state").map_err(named)?,
-            labelwise: json.f64_in(item, "labelwise").map_err(named)?,
-        });
-    }
-    bins.sort_by_key(|b| b.start);
+    let path = dir.join(SUMMARY_FILE);
+    let mut summary: BinPrefixSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::bins::KIND)?;
+    summary.bins.sort_by_key(|b| b.start);
     Ok(BinResult {
-        split: json.str("split")?.to_owned(),
-        family: json.family_in(root, "arch")?,
-        size: json.size_in(root, "size")?,
-        params: json.u64("params")?,
-        bin_size: json.u64("bin")?,
-        bins,
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
         origin,
     })
 }

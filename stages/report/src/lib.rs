@@ -80,19 +80,13 @@ pub struct ReportSummary {
     pub inputs: Inputs,
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so
-/// a reader never sees a half-written file.
+/// Writes `bytes` to `path` with [`cwm_formats::fs::write_atomic`], so a reader never sees a
+/// half-written file.
 ///
 /// # Errors
 /// [`ReportError::Io`] naming the file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, bytes).map_err(|e| ReportError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| ReportError::io(path, e))
+    cwm_formats::fs::write_atomic(path, bytes).map_err(|e| ReportError::io(path, e))
 }
 
 /// The figures' data: one point per family × size on each evaluate split, and on
@@ -105,7 +99,7 @@ fn figure_points(inputs: &Inputs) -> Vec<(String, Vec<Point>)> {
         let point = Point {
             family: run.family,
             size: run.size,
-            params: run.params,
+            params: run.summary.params,
             loss: val.loss,
             exact_state: val.exact_state,
         };
@@ -120,17 +114,17 @@ fn figure_points(inputs: &Inputs) -> Vec<(String, Vec<Point>)> {
     if !best.is_empty() {
         sets.push(("validation".to_owned(), best.into_values().collect()));
     }
-    for split in tables::split_order(inputs.evaluate.iter().map(|e| e.split.clone())) {
+    for split in tables::split_order(inputs.evaluate.iter().map(|e| e.summary.split.clone())) {
         let mut points: Vec<Point> = inputs
             .evaluate
             .iter()
-            .filter(|e| e.split == split)
+            .filter(|e| e.summary.split == split)
             .map(|e| Point {
                 family: e.family,
                 size: e.size,
-                params: e.params,
-                loss: e.loss,
-                exact_state: e.exact_state,
+                params: e.summary.params,
+                loss: e.summary.loss,
+                exact_state: e.summary.exact_state,
             })
             .collect();
         points.sort_by_key(|p| (p.family, p.size));

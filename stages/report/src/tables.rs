@@ -2,11 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A split label usable in a file name: every character but ASCII letters, digits, `-` and
+/// `_` becomes `_`.
+pub use cwm_formats::fs::file_safe;
+use cwm_formats::select::ChosenHparams;
 use cwm_models::{Family, Size};
 
 use crate::error::ReportError;
 use crate::format;
-use crate::inputs::{BinResult, EvalResult, Hparams, Inputs, Origin, TrainRun, ValMetrics};
+use crate::inputs::{BinResult, EvalResult, Inputs, Origin, TrainRun, ValMetrics};
 use crate::table::{Cell, Column, Source, Table};
 
 /// The paper's name of a family (the CSV cell keeps the canonical name).
@@ -81,17 +85,18 @@ pub fn table3(inputs: &Inputs) -> Option<Table> {
         .coverage
         .iter()
         .map(|c| {
+            let f = &c.file;
             vec![
                 Cell::text(&c.origin.instance),
-                Cell::with_raw(format::count(c.games), c.games.to_string()),
-                Cell::with_raw(format::count(c.plies), c.plies.to_string()),
+                Cell::with_raw(format::count(f.games), f.games.to_string()),
+                Cell::with_raw(format::count(f.plies), f.plies.to_string()),
                 Cell::with_raw(
-                    format::count(c.distinct_move_ids),
-                    c.distinct_move_ids.to_string(),
+                    format::count(f.distinct_move_ids),
+                    f.distinct_move_ids.to_string(),
                 ),
-                Cell::with_raw(format::count(c.move_ids), c.move_ids.to_string()),
-                pct_cell(c.distinct_move_ids as f64 / c.move_ids.max(1) as f64),
-                pct_cell(c.distinct_move_ids as f64 / 1968.0),
+                Cell::with_raw(format::count(f.move_ids), f.move_ids.to_string()),
+                pct_cell(f.distinct_move_ids as f64 / f.move_ids.max(1) as f64),
+                pct_cell(f.distinct_move_ids as f64 / 1968.0),
             ]
         })
         .collect();
@@ -175,7 +180,7 @@ pub fn table4(counts: &BTreeMap<(Family, Size), u64>) -> Table {
     }
 }
 
-fn hparam_cells(h: &Hparams) -> Vec<Cell> {
+fn hparam_cells(h: &ChosenHparams) -> Vec<Cell> {
     vec![
         Cell::with_raw(format::sci(h.lr), format!("{}", h.lr)),
         Cell::with_raw(format::steps_k(h.warmup_steps), h.warmup_steps.to_string()),
@@ -240,9 +245,9 @@ pub fn table5(inputs: &Inputs) -> Option<Table> {
                 let mut row = vec![
                     family_cell(family),
                     size_cell(size),
-                    params_cell(run.params),
+                    params_cell(run.summary.params),
                 ];
-                row.extend(hparam_cells(&run.hparams));
+                row.extend(hparam_cells(&ChosenHparams::from(&run.summary.hparams)));
                 row.extend(val_cells(val));
                 row.push(Cell::text(n.to_string()));
                 row.push(Cell::text(&run.origin.instance));
@@ -269,7 +274,9 @@ pub fn table5(inputs: &Inputs) -> Option<Table> {
     }
     columns.push(Column::left("Run"));
     let mut choices: Vec<_> = inputs.select.iter().collect();
-    choices.sort_by(|a, b| (a.family, a.size, &a.instance).cmp(&(b.family, b.size, &b.instance)));
+    choices.sort_by(|a, b| {
+        (a.family, a.size, &a.choice.instance).cmp(&(b.family, b.size, &b.choice.instance))
+    });
     let counts = cwm_counts(choices.iter().map(|c| (c.family, c.size)));
     let rows = choices
         .iter()
@@ -280,9 +287,9 @@ pub fn table5(inputs: &Inputs) -> Option<Table> {
                     .get(&(c.family, c.size))
                     .map_or_else(Cell::missing, |&n| params_cell(n)),
             );
-            row.extend(hparam_cells(&c.hparams));
+            row.extend(hparam_cells(&c.choice.hparams));
             row.extend(val_cells(&c.val));
-            row.push(Cell::text(&c.instance));
+            row.push(Cell::text(&c.choice.instance));
             row
         })
         .collect();
@@ -310,7 +317,7 @@ fn cwm_counts(cells: impl Iterator<Item = (Family, Size)>) -> BTreeMap<(Family, 
 fn group_key(run: &TrainRun) -> String {
     const IGNORED: [&str; 4] = ["lr_min_ratio", "threads", "log_every", "checkpoint_every"];
     let mut key = format!("{}/{}", run.family.name(), run.size.name());
-    for (name, value) in &run.hparams.all {
+    for (name, value) in run.summary.hparams.entries() {
         if !IGNORED.contains(&name.as_str()) {
             key.push_str(&format!(";{name}={value}"));
         }
@@ -327,9 +334,6 @@ pub fn table6(inputs: &Inputs) -> Option<Table> {
         .iter()
         .filter(|r| r.is_cosine() && r.val().is_some())
     {
-        if run.hparams.lr_min_ratio.is_none() {
-            continue;
-        }
         groups
             .entry((run.family, run.size, group_key(run)))
             .or_default()
@@ -338,7 +342,7 @@ pub fn table6(inputs: &Inputs) -> Option<Table> {
     groups.retain(|_, runs| {
         let floors: BTreeSet<u64> = runs
             .iter()
-            .filter_map(|r| r.hparams.lr_min_ratio.map(f64::to_bits))
+            .map(|r| r.summary.hparams.schedule.lr_min_ratio.to_bits())
             .collect();
         floors.len() >= 2
     });
@@ -349,8 +353,8 @@ pub fn table6(inputs: &Inputs) -> Option<Table> {
     let mut used = Vec::new();
     for runs in groups.values_mut() {
         runs.sort_by(|a, b| {
-            let fa = a.hparams.lr_min_ratio.unwrap_or(0.0);
-            let fb = b.hparams.lr_min_ratio.unwrap_or(0.0);
+            let fa = a.summary.hparams.schedule.lr_min_ratio;
+            let fb = b.summary.hparams.schedule.lr_min_ratio;
             fb.total_cmp(&fa)
                 .then(a.origin.instance.cmp(&b.origin.instance))
         });
@@ -360,7 +364,7 @@ pub fn table6(inputs: &Inputs) -> Option<Table> {
             .fold(f64::INFINITY, f64::min);
         for run in runs.iter() {
             let Some(val) = run.val() else { continue };
-            let floor = run.hparams.lr_min_ratio.unwrap_or(0.0);
+            let floor = run.summary.hparams.schedule.lr_min_ratio;
             let mut row = vec![
                 family_cell(run.family),
                 size_cell(run.size),
@@ -415,14 +419,14 @@ pub fn table7(inputs: &Inputs) -> Option<Table> {
             for size in Size::ALL {
                 row.push(match winners.get(&(family, size)) {
                     Some((run, _, _)) => {
-                        let h = &run.hparams;
+                        let h = &run.summary.hparams;
                         Cell::text(format!(
                             "{}, {}, {}, {}, {}",
-                            format::sci(h.lr),
-                            format::steps_k(h.warmup_steps),
-                            format::dot_decimal(h.beta2),
-                            format::sci(h.weight_decay),
-                            h.lr_min_ratio.map_or("–".to_owned(), format::dot_decimal),
+                            format::sci(h.optimiser.lr),
+                            format::steps_k(h.schedule.warmup_steps),
+                            format::dot_decimal(h.optimiser.beta2),
+                            format::sci(h.optimiser.weight_decay),
+                            format::dot_decimal(h.schedule.lr_min_ratio),
                         ))
                     }
                     None => Cell::missing(),
@@ -456,10 +460,10 @@ pub fn index_evaluations(
 ) -> Result<BTreeMap<(Family, Size, String), &EvalResult>, ReportError> {
     let mut map: BTreeMap<(Family, Size, String), &EvalResult> = BTreeMap::new();
     for e in evals {
-        if let Some(prev) = map.insert((e.family, e.size, e.split.clone()), e) {
+        if let Some(prev) = map.insert((e.family, e.size, e.summary.split.clone()), e) {
             return Err(ReportError::Conflict(format!(
                 "two evaluate artifacts for {} {} on split `{}`: `{}` and `{}`",
-                e.family, e.size, e.split, prev.origin.instance, e.origin.instance
+                e.family, e.size, e.summary.split, prev.origin.instance, e.origin.instance
             )));
         }
     }
@@ -475,7 +479,7 @@ pub fn table8(inputs: &Inputs) -> Result<Option<Table>, ReportError> {
         return Ok(None);
     }
     let index = index_evaluations(&inputs.evaluate)?;
-    let splits = split_order(inputs.evaluate.iter().map(|e| e.split.clone()));
+    let splits = split_order(inputs.evaluate.iter().map(|e| e.summary.split.clone()));
     let cells: BTreeSet<(Family, Size)> = index.keys().map(|(f, s, _)| (*f, *s)).collect();
     let mut columns = vec![
         Column::left("Model"),
@@ -493,16 +497,16 @@ pub fn table8(inputs: &Inputs) -> Result<Option<Table>, ReportError> {
             let params = splits
                 .iter()
                 .find_map(|s| index.get(&(family, size, s.clone())))
-                .map(|e| e.params)
+                .map(|e| e.summary.params)
                 .unwrap_or(0);
             let mut row = vec![family_cell(family), size_cell(size), params_cell(params)];
             for split in &splits {
                 match index.get(&(family, size, split.clone())) {
                     Some(e) => row.extend([
-                        loss_cell(e.loss),
-                        pct_cell(e.exact_state),
-                        pct_cell(e.labelwise),
-                        pct_cell(e.trajectory),
+                        loss_cell(e.summary.loss),
+                        pct_cell(e.summary.exact_state),
+                        pct_cell(e.summary.labelwise),
+                        pct_cell(e.summary.trajectory),
                     ]),
                     None => row.extend(std::iter::repeat_n(Cell::missing(), 4)),
                 }
@@ -532,7 +536,7 @@ pub fn table8(inputs: &Inputs) -> Result<Option<Table>, ReportError> {
 /// [`ReportError::Conflict`] when two evaluations claim one cell.
 pub fn ablation_tables(inputs: &Inputs) -> Result<Vec<Table>, ReportError> {
     let index = index_evaluations(&inputs.evaluate)?;
-    let splits = split_order(inputs.evaluate.iter().map(|e| e.split.clone()));
+    let splits = split_order(inputs.evaluate.iter().map(|e| e.summary.split.clone()));
     let mut tables = Vec::new();
     for split in &splits {
         let mut rows = Vec::new();
@@ -545,16 +549,17 @@ pub fn ablation_tables(inputs: &Inputs) -> Result<Vec<Table>, ReportError> {
                 ) else {
                     continue;
                 };
-                let delta = (f.exact_state - a.exact_state) * 100.0;
+                let (model, ablation) = (&f.summary, &a.summary);
+                let delta = (model.exact_state - ablation.exact_state) * 100.0;
                 rows.push(vec![
                     family_cell(full),
                     family_cell(ablated),
                     size_cell(size),
-                    pct_cell(f.exact_state),
-                    pct_cell(a.exact_state),
+                    pct_cell(model.exact_state),
+                    pct_cell(ablation.exact_state),
                     Cell::with_raw(format!("{delta:+.2}"), format!("{delta}")),
-                    loss_cell(f.loss),
-                    loss_cell(a.loss),
+                    loss_cell(model.loss),
+                    loss_cell(ablation.loss),
                 ]);
                 used.push(&f.origin);
                 used.push(&a.origin);
@@ -602,39 +607,26 @@ fn label_id(label: &str) -> String {
     label.trim_start_matches("Table ").replace('.', "_")
 }
 
-/// A split label usable in a file name.
-pub fn file_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// Tables 11–12: ExactState per prefix bin, one table per split (and bin width).
 ///
 /// # Errors
 /// [`ReportError::Conflict`] when two bin_prefix artifacts claim one row.
 pub fn bin_tables(inputs: &Inputs) -> Result<Vec<Table>, ReportError> {
-    let splits = split_order(inputs.bins.iter().map(|b| b.split.clone()));
+    let splits = split_order(inputs.bins.iter().map(|b| b.summary.split.clone()));
     let mut tables = Vec::new();
     for split in &splits {
-        let widths: BTreeSet<u64> = inputs
+        let widths: BTreeSet<u32> = inputs
             .bins
             .iter()
-            .filter(|b| &b.split == split)
-            .map(|b| b.bin_size)
+            .filter(|b| &b.summary.split == split)
+            .map(|b| b.summary.bin)
             .collect();
         for &width in &widths {
             let mut by_model: BTreeMap<(Family, Size), &BinResult> = BTreeMap::new();
             for b in inputs
                 .bins
                 .iter()
-                .filter(|b| &b.split == split && b.bin_size == width)
+                .filter(|b| &b.summary.split == split && b.summary.bin == width)
             {
                 if let Some(prev) = by_model.insert((b.family, b.size), b) {
                     return Err(ReportError::Conflict(format!(
@@ -646,7 +638,7 @@ pub fn bin_tables(inputs: &Inputs) -> Result<Vec<Table>, ReportError> {
             }
             let ranges: BTreeSet<(u32, u32)> = by_model
                 .values()
-                .flat_map(|b| b.bins.iter().map(|bin| (bin.start, bin.end)))
+                .flat_map(|b| b.summary.bins.iter().map(|bin| (bin.start, bin.end)))
                 .collect();
             let mut columns = vec![Column::left("Model"), Column::left("Size")];
             columns.extend(
@@ -660,7 +652,8 @@ pub fn bin_tables(inputs: &Inputs) -> Result<Vec<Table>, ReportError> {
                     let mut row = vec![family_cell(family), size_cell(size)];
                     for range in &ranges {
                         row.push(
-                            b.bins
+                            b.summary
+                                .bins
                                 .iter()
                                 .find(|bin| (bin.start, bin.end) == *range && bin.steps > 0)
                                 .map_or_else(Cell::missing, |bin| pct_cell(bin.exact_state)),

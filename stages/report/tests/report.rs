@@ -110,11 +110,16 @@ impl Fixtures {
             json!({"step": 2000, "loss": loss + 0.01, "labelwise": labelwise,
                    "exact_state": exact, "trajectory": traj})
         });
+        // The hparams the train stage records: every param (`schedule` as given, so that
+        // `constant` from other producers is read too), and `threads`.
         let summary = json!({
             "kind": "train", "arch": arch, "size": size, "params": params,
-            "hparams": {"lr": lr, "beta2": beta2, "weight_decay": wd, "warmup_steps": warmup,
-                "schedule": schedule, "lr_min_ratio": floor, "batch_size": 128,
-                "steps": 2000, "seed": 0, "threads": 2},
+            "hparams": {"arch": arch, "size": size, "dropout": 0.1, "rope": "reference",
+                "mamba3_mimo": false, "lr": lr, "beta2": beta2, "weight_decay": wd,
+                "grad_clip": 1.0, "steps": 2000, "epochs": 1, "schedule": schedule,
+                "warmup_steps": warmup, "lr_decay_steps": 2000, "lr_min_ratio": floor,
+                "val_every": 500, "log_every": 50, "checkpoint_every": 0, "batch_size": 128,
+                "max_steps": 0, "val_batches": 10, "seed": 0, "threads": 2},
             "steps": 2000, "epochs_done": 1, "tokens": 1_000_000, "skipped_steps": 0,
             "tokens_per_s": 1234.5, "wall_s": 10.0,
             "final_val": worse, "best_val": metrics,

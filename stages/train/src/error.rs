@@ -25,6 +25,10 @@ pub enum TrainError {
         /// What is wrong.
         message: String,
     },
+    /// A shared file (the summary, the training configuration, a `select` artifact's
+    /// `selected.json`) could not be read or written.
+    #[error(transparent)]
+    Format(#[from] cwm_formats::FormatError),
     /// A saved partial training state is unusable.
     #[error("partial training state {path}: {message}")]
     Partial {

@@ -6,8 +6,10 @@
 //!   it no validation), `hparams` (optional, a `select` artifact: the choice whose `arch` and
 //!   `size` equal this stage's replaces `lr`, `beta2`, `weight_decay` and `warmup_steps`).
 //! * **Params**: see [`PARAMS`] (`cwm kinds` lists them with their defaults).
-//! * **Output** `out`: `checkpoint/` (`model.json` + `model.bpk`, [`cwm_models::save_model`]),
-//!   `steps.parquet`, `val.parquet` and `summary.json` ([`output`] has the columns).
+//! * **Output** `out`: `checkpoint/` (`model.json` + `model.bpk`, [`cwm_models::save_model`],
+//!   and `train_config.json`, the [`TrainConfig`] as [`cwm_formats::train::TrainConfigFile`]),
+//!   `steps.parquet`, `val.parquet` ([`output`] has the columns) and `summary.json`
+//!   ([`cwm_formats::train::TrainSummary`]).
 //!
 //! # Resume
 //! The executor runs a stage in a fresh temporary output directory, so the resumable state
@@ -31,6 +33,7 @@
 #![deny(missing_docs)]
 
 pub mod adamw;
+pub mod config;
 pub mod data;
 mod error;
 pub mod output;
@@ -41,16 +44,18 @@ pub mod train;
 
 use std::path::Path;
 
-use cwm_models::{Family, ModelConfig, Rope, Size};
+use cwm_formats::select::Selection;
+use cwm_formats::train::{DataSection, ModelSection, OptimiserSection, ScheduleSection};
 use cwm_stage::{
     InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext,
     StageError, StageKind, ThreadsDecl,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
+pub use config::TrainConfig;
 pub use error::TrainError;
 pub use schedule::{Schedule, ScheduleKind};
-pub use train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
+pub use train::{RunControl, RunEnd, TrainPaths, train};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
@@ -240,40 +245,52 @@ fn text<'a>(params: &'a Params, name: &str) -> Result<&'a str, TrainError> {
 /// The [`TrainConfig`] described by validated stage params (defaults filled in).
 ///
 /// # Errors
-/// [`TrainError::Config`] naming the param that is missing, negative or unknown.
+/// [`TrainError::Config`] naming the param that is missing, negative or unknown;
+/// [`TrainError::Model`] for an invalid model.
 pub fn config_from_params(params: &Params) -> Result<TrainConfig, TrainError> {
-    let family: Family = text(params, "arch")?.parse()?;
-    let size: Size = text(params, "size")?.parse()?;
-    let mut model = ModelConfig::new(family, size);
-    model.dropout = float(params, "dropout")?;
-    model.rope = text(params, "rope")?.parse::<Rope>()?;
-    model.mamba3_mimo = params
-        .bool("mamba3_mimo")
-        .map_err(|e| TrainError::Config(e.to_string()))?;
-    model.validate()?;
     let usize_of = |name: &str| -> Result<usize, TrainError> {
         usize::try_from(uint(params, name)?)
             .map_err(|_| TrainError::Config(format!("parameter `{name}` is too large")))
     };
+    let schedule = text(params, "schedule")?;
+    let model = ModelSection {
+        arch: text(params, "arch")?.to_owned(),
+        size: text(params, "size")?.to_owned(),
+        dropout: float(params, "dropout")?,
+        rope: text(params, "rope")?.to_owned(),
+        mamba3_mimo: params
+            .bool("mamba3_mimo")
+            .map_err(|e| TrainError::Config(e.to_string()))?,
+    };
     Ok(TrainConfig {
-        model,
-        batch_size: usize_of("batch_size")?,
-        max_steps: usize_of("max_steps")?,
-        steps: uint(params, "steps")?,
-        epochs: uint(params, "epochs")?,
-        lr: float(params, "lr")?,
-        beta2: float(params, "beta2")?,
-        weight_decay: float(params, "weight_decay")?,
-        warmup_steps: uint(params, "warmup_steps")?,
-        schedule: text(params, "schedule")?.parse()?,
-        lr_decay_steps: uint(params, "lr_decay_steps")?,
-        lr_min_ratio: float(params, "lr_min_ratio")?,
-        grad_clip: float(params, "grad_clip")?,
-        seed: uint(params, "seed")?,
-        val_every: uint(params, "val_every")?,
-        val_batches: uint(params, "val_batches")?,
-        log_every: uint(params, "log_every")?,
-        checkpoint_every: uint(params, "checkpoint_every")?,
+        model: config::model_config(&model)?,
+        optimiser: OptimiserSection {
+            lr: float(params, "lr")?,
+            beta2: float(params, "beta2")?,
+            weight_decay: float(params, "weight_decay")?,
+            grad_clip: float(params, "grad_clip")?,
+        },
+        schedule: ScheduleSection {
+            steps: uint(params, "steps")?,
+            epochs: uint(params, "epochs")?,
+            kind: ScheduleKind::from_name(schedule).ok_or_else(|| {
+                TrainError::Config(format!(
+                    "schedule: {schedule:?} is not none, cosine or linear"
+                ))
+            })?,
+            warmup_steps: uint(params, "warmup_steps")?,
+            lr_decay_steps: uint(params, "lr_decay_steps")?,
+            lr_min_ratio: float(params, "lr_min_ratio")?,
+            val_every: uint(params, "val_every")?,
+            log_every: uint(params, "log_every")?,
+            checkpoint_every: uint(params, "checkpoint_every")?,
+        },
+        data: DataSection {
+            batch_size: usize_of("batch_size")?,
+            max_steps: usize_of("max_steps")?,
+            val_batches: uint(params, "val_batches")?,
+            seed: uint(params, "seed")?,
+        },
     })
 }
 
@@ -296,23 +313,19 @@ pub struct SelectedHparams {
 /// `size`.
 ///
 /// # Errors
-/// [`TrainError::Hparams`] when the file is missing or malformed, or holds no choice for this
-/// arch and size.
+/// [`TrainError::Format`] when the file is missing or malformed; [`TrainError::Hparams`] when
+/// it holds no choice for this arch and size, or a negative or non-finite hyperparameter.
 pub fn selected_hparams(dir: &Path, arch: &str, size: &str) -> Result<SelectedHparams, TrainError> {
     let path = if dir.is_file() {
         dir.to_path_buf()
     } else {
-        dir.join("selected.json")
+        dir.join(cwm_formats::select::SELECTED_FILE)
     };
     let bad = |message: String| TrainError::Hparams {
         path: path.clone(),
         message,
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let choices = value["choices"]
-        .as_array()
-        .ok_or_else(|| bad("no `choices` array".into()))?;
+    let selection: Selection = cwm_formats::read_json(&path)?;
     // An ablation without a choice of its own takes its full family's (the paper trains the
     // ablations with the winners of slice, gdn and mamba3).
     let full_family = match arch {
@@ -322,51 +335,42 @@ pub fn selected_hparams(dir: &Path, arch: &str, size: &str) -> Result<SelectedHp
         other => other,
     };
     let matching = |name: &str| {
-        choices
+        selection
+            .choices
             .iter()
-            .find(|c| c["arch"].as_str() == Some(name) && c["size"].as_str() == Some(size))
+            .find(|c| c.arch == name && c.size == size)
     };
     let choice = matching(arch)
         .or_else(|| matching(full_family))
         .ok_or_else(|| {
-            let have: Vec<String> = choices
+            let have: Vec<String> = selection
+                .choices
                 .iter()
-                .map(|c| {
-                    format!(
-                        "{}/{}",
-                        c["arch"].as_str().unwrap_or("?"),
-                        c["size"].as_str().unwrap_or("?")
-                    )
-                })
+                .map(|c| format!("{}/{}", c.arch, c.size))
                 .collect();
             bad(format!(
                 "no choice for arch {arch} size {size} (it has: {})",
                 have.join(", ")
             ))
         })?;
-    let h = &choice["hparams"];
-    let num = |name: &str| -> Result<f64, TrainError> {
-        h[name]
-            .as_f64()
-            .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| {
-                bad(format!(
-                    "choice {arch}/{size}: hparams.{name} is missing or not a number ≥ 0"
-                ))
-            })
-    };
-    let warmup = num("warmup_steps")?;
-    if warmup.fract() != 0.0 {
-        return Err(bad(format!(
-            "choice {arch}/{size}: hparams.warmup_steps {warmup} is not an integer"
-        )));
+    let h = &choice.hparams;
+    for (name, x) in [
+        ("lr", h.lr),
+        ("beta2", h.beta2),
+        ("weight_decay", h.weight_decay),
+    ] {
+        if !x.is_finite() || x < 0.0 {
+            return Err(bad(format!(
+                "choice {arch}/{size}: hparams.{name} {x} is not a number ≥ 0"
+            )));
+        }
     }
     Ok(SelectedHparams {
-        instance: choice["instance"].as_str().map(str::to_owned),
-        lr: num("lr")?,
-        beta2: num("beta2")?,
-        weight_decay: num("weight_decay")?,
-        warmup_steps: warmup as u64,
+        instance: Some(choice.instance.clone()),
+        lr: h.lr,
+        beta2: h.beta2,
+        weight_decay: h.weight_decay,
+        warmup_steps: h.warmup_steps,
     })
 }
 
@@ -429,15 +433,15 @@ impl StageKind for TrainStage {
                 chosen.beta2,
                 chosen.weight_decay,
                 chosen.warmup_steps,
-                config.lr,
-                config.beta2,
-                config.weight_decay,
-                config.warmup_steps
+                config.optimiser.lr,
+                config.optimiser.beta2,
+                config.optimiser.weight_decay,
+                config.schedule.warmup_steps
             ));
-            config.lr = chosen.lr;
-            config.beta2 = chosen.beta2;
-            config.weight_decay = chosen.weight_decay;
-            config.warmup_steps = chosen.warmup_steps;
+            config.optimiser.lr = chosen.lr;
+            config.optimiser.beta2 = chosen.beta2;
+            config.optimiser.weight_decay = chosen.weight_decay;
+            config.schedule.warmup_steps = chosen.warmup_steps;
         }
         let inputs: Vec<(String, String)> = ctx
             .inputs()
@@ -479,7 +483,8 @@ impl StageKind for TrainStage {
             RunEnd::Finished(summary) => {
                 log(&format!(
                     "finished: {} steps, final val {}",
-                    summary["steps"], summary["final_val"]
+                    summary.steps,
+                    json!(summary.final_val)
                 ));
                 Ok(())
             }
@@ -491,6 +496,8 @@ impl StageKind for TrainStage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cwm_formats::select::{Choice, ChosenHparams};
+    use cwm_models::{Family, ModelConfig, Size};
     use cwm_stage::ParamValue;
 
     fn params(arch: &str) -> Params {
@@ -511,11 +518,12 @@ mod tests {
             config,
             TrainConfig::new(ModelConfig::new(Family::Gdn, Size::D128))
         );
-        assert_eq!(config.adamw().no_decay, ["a_log", "dt_bias"]);
-        let slice = config_from_params(&params("slice")).unwrap();
-        assert!(slice.adamw().no_decay.is_empty());
-        assert!(slice.adamw().decays("Slice.layers.0.a_log"));
-        assert!(!config.adamw().decays("Gdn.backbone.layers.0.attn.a_log"));
+        let adamw = config::adamw_config(&config);
+        assert_eq!(adamw.no_decay, ["a_log", "dt_bias"]);
+        let slice = config::adamw_config(&config_from_params(&params("slice")).unwrap());
+        assert!(slice.no_decay.is_empty());
+        assert!(slice.decays("Slice.layers.0.a_log"));
+        assert!(!adamw.decays("Gdn.backbone.layers.0.attn.a_log"));
     }
 
     /// Editing the data stages that train does not run (download, split, ...) must not
@@ -551,13 +559,35 @@ mod tests {
     fn selected_hparams_pick_the_matching_choice_or_fail_clearly() {
         let dir = std::env::temp_dir().join(format!("cwm-train-select-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let selected = json!({"kind": "select", "metric": "val_loss", "choices": [
-            {"arch": "slice", "size": "d128", "instance": "train[a]",
-             "hparams": {"lr": 3e-3, "beta2": 0.95, "weight_decay": 1e-3, "warmup_steps": 5000}},
-            {"arch": "gdn", "size": "d128", "instance": "train[b]",
-             "hparams": {"lr": 1e-4, "beta2": 0.99, "weight_decay": 0.0, "warmup_steps": 10000.0}},
-        ]});
-        std::fs::write(dir.join("selected.json"), selected.to_string()).unwrap();
+        let choice = |arch: &str, instance: &str, lr, beta2, weight_decay, warmup_steps| Choice {
+            arch: arch.into(),
+            size: "d128".into(),
+            instance: instance.into(),
+            train_hash: "h".into(),
+            hparams: ChosenHparams {
+                lr,
+                beta2,
+                weight_decay,
+                warmup_steps,
+            },
+            val_loss: 1.0,
+            exact_state: None,
+            labelwise: None,
+            trajectory: None,
+        };
+        let selection = Selection {
+            version: 1,
+            kind: "select".into(),
+            metric: "val_loss".into(),
+            group_by: vec!["arch".into(), "size".into()],
+            choices: vec![
+                choice("slice", "train[a]", 3e-3, 0.95, 1e-3, 5000),
+                choice("gdn", "train[b]", 1e-4, 0.99, 0.0, 10_000),
+            ],
+            candidates: 2,
+            skipped: Vec::new(),
+        };
+        cwm_formats::write_json(&dir.join("selected.json"), &selection).unwrap();
         let got = selected_hparams(&dir, "gdn", "d128").unwrap();
         assert_eq!(
             got,

@@ -1,7 +1,7 @@
-//! The tables the stage writes: `steps.parquet` and `val.parquet`, each written to a temporary
-//! name and renamed.
+//! The tables the stage writes: `steps.parquet` and `val.parquet`, each written whole or not at
+//! all ([`cwm_formats::fs::write_atomic`]). The summary and the training configuration are
+//! [`cwm_formats::train`]'s.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,8 +15,7 @@ use crate::TrainError;
 pub const STEPS_FILE: &str = "steps.parquet";
 /// Name of the validation table.
 pub const VAL_FILE: &str = "val.parquet";
-/// Name of the run summary.
-pub const SUMMARY_FILE: &str = "summary.json";
+pub use cwm_formats::train::SUMMARY_FILE;
 /// Name of the final checkpoint directory.
 pub const CHECKPOINT_DIR: &str = "checkpoint";
 
@@ -39,49 +38,19 @@ pub struct StepRow {
     pub skipped: bool,
 }
 
-/// One validation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ValRow {
-    /// Global step after which it ran.
-    pub step: u64,
-    /// Σ loss_sum / Σ denom (spec A.5).
-    pub loss: f64,
-    /// Labelwise accuracy (`partial_exact`).
-    pub labelwise: f64,
-    /// ExactState (`full_exact`).
-    pub exact_state: f64,
-    /// Trajectory exactness (`game_exact`).
-    pub trajectory: f64,
-}
-
-impl ValRow {
-    /// The row as the summary's JSON object.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "step": self.step,
-            "loss": self.loss,
-            "labelwise": self.labelwise,
-            "exact_state": self.exact_state,
-            "trajectory": self.trajectory,
-        })
-    }
-}
+/// One validation: a row of `val.parquet`, and the summary's `final_val` and `best_val`.
+pub use cwm_formats::train::ValMetrics as ValRow;
 
 fn write_batch(path: &Path, batch: RecordBatch) -> Result<(), TrainError> {
     let parquet_err = |e: &dyn std::fmt::Display| TrainError::Parquet {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let file = File::create(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
     let mut writer =
-        ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| parquet_err(&e))?;
+        ArrowWriter::try_new(Vec::new(), batch.schema(), None).map_err(|e| parquet_err(&e))?;
     writer.write(&batch).map_err(|e| parquet_err(&e))?;
-    let file = writer.into_inner().map_err(|e| parquet_err(&e))?;
-    file.sync_all().map_err(|e| TrainError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+    let bytes = writer.into_inner().map_err(|e| parquet_err(&e))?;
+    cwm_formats::fs::write_atomic(path, &bytes).map_err(|e| TrainError::io(path, e))
 }
 
 /// Writes `steps.parquet` (`step` u64, `epoch` u32, `loss`, `lr`, `grad_norm`, `tokens_per_s`
@@ -147,17 +116,4 @@ pub fn write_val(path: &Path, rows: &[ValRow]) -> Result<(), TrainError> {
         message: e.to_string(),
     })?;
     write_batch(path, batch)
-}
-
-/// Writes `value` as pretty JSON to `path` through a temporary name.
-///
-/// # Errors
-/// [`TrainError::Io`] when the file cannot be written.
-pub fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), TrainError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into()) + "\n";
-    std::fs::write(&tmp, text).map_err(|e| TrainError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
 }

@@ -11,53 +11,11 @@
 //!   after `S`);
 //! * `linear`, `s ≥ W`: λ = r + (1 − r)(1 − p).
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::TrainError;
 
-/// Which schedule multiplies the base learning rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScheduleKind {
-    /// `none`: constant learning rate, no warm-up.
-    None,
-    /// `cosine`: linear warm-up, then cosine decay to the floor.
-    Cosine,
-    /// `linear`: linear warm-up, then linear decay to the floor.
-    Linear,
-}
-
-impl ScheduleKind {
-    /// The canonical name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScheduleKind::None => "none",
-            ScheduleKind::Cosine => "cosine",
-            ScheduleKind::Linear => "linear",
-        }
-    }
-}
-
-impl fmt::Display for ScheduleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for ScheduleKind {
-    type Err = TrainError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(ScheduleKind::None),
-            "cosine" => Ok(ScheduleKind::Cosine),
-            "linear" => Ok(ScheduleKind::Linear),
-            other => Err(TrainError::Config(format!(
-                "schedule: {other:?} is not none, cosine or linear"
-            ))),
-        }
-    }
-}
+/// Which schedule multiplies the base learning rate (the `schedule` of the training
+/// configuration's schedule section).
+pub use cwm_formats::train::ScheduleKind;
 
 /// A learning-rate schedule: the multiplier of the base learning rate at each scheduler step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,6 +142,10 @@ mod tests {
         assert!(Schedule::new(ScheduleKind::Cosine, 0, 0, 0.1).is_err());
         assert!(Schedule::new(ScheduleKind::Linear, 0, 10, 0.0).is_err());
         assert!(Schedule::new(ScheduleKind::Linear, 0, 10, 1.5).is_err());
-        assert!("step".parse::<ScheduleKind>().is_err());
+        assert_eq!(ScheduleKind::from_name("step"), None);
+        assert_eq!(
+            ScheduleKind::from_name("cosine"),
+            Some(ScheduleKind::Cosine)
+        );
     }
 }

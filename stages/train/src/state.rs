@@ -5,7 +5,7 @@
 //! | file | content |
 //! |---|---|
 //! | `state.json` | counters, data position, RNG-free bookkeeping and the rows logged so far (floats as their IEEE bit patterns, so they round-trip exactly) |
-//! | `model/` | the model, via `cwm_models::save_model` (bit-exact) |
+//! | `model/` | the model, via `cwm_models::save_model` (bit-exact), and the run's `train_config.json` ([`crate::config::save_config`]), as in a checkpoint |
 //! | `optimizer.bin` | every parameter's AdamW moments, f32 little-endian, `m` then `v`, in the order `state.json` lists them |
 //!
 //! It is written to `<dir>.tmp`, then swapped in by renames (`<dir>` → `<dir>.old`, `<dir>.tmp`
@@ -20,11 +20,12 @@ use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
-use cwm_models::{Model, ModelConfig, load_model, save_model};
+use cwm_models::{Model, load_model, save_model};
 use serde_json::{Value, json};
 
 use crate::TrainError;
 use crate::adamw::ExportedMoments;
+use crate::config::{TrainConfig, load_config, save_config};
 use crate::data::Position;
 use crate::output::{StepRow, ValRow};
 
@@ -130,7 +131,7 @@ pub fn save(
     key: &str,
     progress: &RunState,
     model: &Model,
-    config: &ModelConfig,
+    config: &TrainConfig,
     moments: &[ExportedMoments],
 ) -> Result<(), TrainError> {
     let (tmp, old) = siblings(dir);
@@ -138,7 +139,8 @@ pub fn save(
         fs::remove_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
     }
     fs::create_dir_all(&tmp).map_err(|e| TrainError::io(&tmp, e))?;
-    save_model(&tmp.join(MODEL_DIR), model, config)?;
+    save_model(&tmp.join(MODEL_DIR), model, &config.model)?;
+    save_config(&tmp.join(MODEL_DIR), config)?;
     let opt_path = tmp.join(OPTIMIZER_FILE);
     let mut file = fs::File::create(&opt_path).map_err(|e| TrainError::io(&opt_path, e))?;
     let mut index = Vec::new();
@@ -193,8 +195,8 @@ pub struct Loaded {
     pub progress: RunState,
     /// The model, on the device given to [`load`].
     pub model: Model,
-    /// Its configuration.
-    pub config: ModelConfig,
+    /// The run's configuration (the model's as `model.json` records it).
+    pub config: TrainConfig,
     /// The optimizer moments.
     pub moments: Vec<ExportedMoments>,
 }
@@ -222,7 +224,8 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         .and_then(|mut file| file.read_to_end(&mut bytes))
         .map_err(|e| TrainError::io(&opt_path, e))?;
     let moments = state.moments(&bytes)?;
-    let (model, config) = load_model(&dir.join(MODEL_DIR), device)?;
+    let (model, model_config) = load_model(&dir.join(MODEL_DIR), device)?;
+    let config = load_config(&dir.join(MODEL_DIR), model_config)?;
     Ok(Some(Loaded {
         progress,
         model,

@@ -32,20 +32,22 @@ use std::time::Instant;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
+use cwm_formats::Versioned;
+use cwm_formats::train::{Hparams, TrainSummary};
 use cwm_models::{
-    Family, Model, ModelConfig, StateMetrics, StateModel, correct_counts, save_model, state_loss,
+    Model, ModelConfig, StateMetrics, StateModel, correct_counts, save_model, state_loss,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::TrainError;
-use crate::adamw::{AdamW, AdamWConfig, StepOutcome, params_finite};
+use crate::adamw::{AdamW, StepOutcome, params_finite};
+use crate::config::{TrainConfig, adamw_config, model_section, save_config};
 use crate::data::{Batch, EpochReader, Position, epoch_order, shard_files};
 use crate::output::{
-    CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, StepRow, VAL_FILE, ValRow, write_json, write_steps,
-    write_val,
+    CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, StepRow, VAL_FILE, ValRow, write_steps, write_val,
 };
-use crate::schedule::{Schedule, ScheduleKind};
+use crate::schedule::Schedule;
 use crate::state::{self, RunState};
 
 /// Consecutive skipped batches after which training aborts (the reference's default).
@@ -60,149 +62,6 @@ pub const NAN_SNAPSHOT_EVERY: u64 = 500;
 /// in one process then still draw exactly their own masks.
 static RNG_LOCK: Mutex<()> = Mutex::new(());
 
-/// Everything that determines a training run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrainConfig {
-    /// The model (family, size, dropout, RoPE, MIMO, ...).
-    pub model: ModelConfig,
-    /// Games per batch.
-    pub batch_size: usize,
-    /// Sequence truncation in tokens, `START` included (0 = none).
-    pub max_steps: usize,
-    /// Optimizer steps (batches) to run; 0 = run `epochs` epochs.
-    pub steps: u64,
-    /// Epochs to run when `steps` is 0.
-    pub epochs: u64,
-    /// Base learning rate.
-    pub lr: f64,
-    /// AdamW β2.
-    pub beta2: f64,
-    /// Decoupled weight decay.
-    pub weight_decay: f64,
-    /// Warm-up steps (ignored by the `none` schedule, as in the reference).
-    pub warmup_steps: u64,
-    /// Schedule kind.
-    pub schedule: ScheduleKind,
-    /// Decay steps `S` (0 = the total steps of the run).
-    pub lr_decay_steps: u64,
-    /// Floor ratio `r`.
-    pub lr_min_ratio: f64,
-    /// Global gradient-norm bound (0 = no clipping).
-    pub grad_clip: f64,
-    /// Seed of the initialisation, the dropout masks and the shard order.
-    pub seed: u64,
-    /// Validate every this many steps (0 = only at the end).
-    pub val_every: u64,
-    /// Validation batches (0 = the whole validation set).
-    pub val_batches: u64,
-    /// Log a row every this many steps (0 = only skipped steps).
-    pub log_every: u64,
-    /// Save the resumable state every this many steps (0 = never; the final model is always
-    /// written).
-    pub checkpoint_every: u64,
-}
-
-impl TrainConfig {
-    /// The reference defaults of the stage for `model`.
-    pub fn new(model: ModelConfig) -> TrainConfig {
-        TrainConfig {
-            model,
-            batch_size: 32,
-            max_steps: 0,
-            steps: 0,
-            epochs: 1,
-            lr: 1e-3,
-            beta2: 0.999,
-            weight_decay: 0.0,
-            warmup_steps: 0,
-            schedule: ScheduleKind::None,
-            lr_decay_steps: 0,
-            lr_min_ratio: 0.1,
-            grad_clip: 1.0,
-            seed: 0,
-            val_every: 0,
-            val_batches: 10,
-            log_every: 50,
-            checkpoint_every: 0,
-        }
-    }
-
-    fn check(&self) -> Result<(), TrainError> {
-        let bad = |m: String| Err(TrainError::Config(m));
-        if self.batch_size == 0 {
-            return bad("batch_size must be positive".into());
-        }
-        if self.steps == 0 && self.epochs == 0 {
-            return bad("steps and epochs are both 0: nothing to train".into());
-        }
-        for (name, x) in [
-            ("lr", self.lr),
-            ("weight_decay", self.weight_decay),
-            ("grad_clip", self.grad_clip),
-        ] {
-            if !x.is_finite() || x < 0.0 {
-                return bad(format!("{name} must be a finite number ≥ 0, got {x}"));
-            }
-        }
-        if !(0.0..1.0).contains(&self.beta2) {
-            return bad(format!("beta2 must be in [0, 1), got {}", self.beta2));
-        }
-        Ok(())
-    }
-
-    /// The effective hyper-parameters as the summary's `hparams` object (`lr_decay_steps` as
-    /// resolved for a run of `total_steps`).
-    pub fn hparams_json(&self, total_steps: u64) -> Map<String, Value> {
-        let m = &self.model;
-        let value = json!({
-            "arch": m.family.name(),
-            "size": m.size.name(),
-            "dropout": m.dropout,
-            "rope": m.rope.name(),
-            "mamba3_mimo": m.mamba3_mimo,
-            "batch_size": self.batch_size,
-            "max_steps": self.max_steps,
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "lr": self.lr,
-            "beta2": self.beta2,
-            "weight_decay": self.weight_decay,
-            "warmup_steps": self.warmup_steps,
-            "schedule": self.schedule.name(),
-            "lr_decay_steps": self.decay_steps(total_steps),
-            "lr_min_ratio": self.lr_min_ratio,
-            "grad_clip": self.grad_clip,
-            "seed": self.seed,
-            "val_every": self.val_every,
-            "val_batches": self.val_batches,
-            "log_every": self.log_every,
-            "checkpoint_every": self.checkpoint_every,
-        });
-        match value {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        }
-    }
-
-    fn decay_steps(&self, total_steps: u64) -> u64 {
-        if self.lr_decay_steps > 0 {
-            self.lr_decay_steps
-        } else {
-            total_steps
-        }
-    }
-
-    /// The AdamW settings, with spec D.2's decay exemptions (`A_log`, `dt_bias` of Gated
-    /// DeltaNet only).
-    pub fn adamw(&self) -> AdamWConfig {
-        let mut config = AdamWConfig::new(self.beta2, self.weight_decay, self.grad_clip);
-        if matches!(self.model.family, Family::Gdn | Family::GdnPos) {
-            config.no_decay = vec!["a_log".into(), "dt_bias".into()];
-        }
-        config
-    }
-}
-
 /// Where a run reads and writes.
 #[derive(Debug, Clone)]
 pub struct TrainPaths {
@@ -210,7 +69,8 @@ pub struct TrainPaths {
     pub train: PathBuf,
     /// The `tokenize` artifact to validate on, if any.
     pub val: Option<PathBuf>,
-    /// The output directory (`checkpoint/`, `steps.parquet`, `val.parquet`, `summary.json`).
+    /// The output directory (`checkpoint/` with `train_config.json`, `steps.parquet`,
+    /// `val.parquet`, `summary.json`).
     pub out: PathBuf,
     /// The partial-state directory for checkpoints and resume, if any.
     pub partial: Option<PathBuf>,
@@ -245,7 +105,7 @@ impl std::fmt::Debug for RunControl<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEnd {
     /// Training finished and the outputs are written; this is the summary.
-    Finished(Value),
+    Finished(Box<TrainSummary>),
     /// Stopped after this step by [`RunControl::stop_after`]; nothing written but the partial
     /// state.
     Stopped(u64),
@@ -365,13 +225,13 @@ pub fn train(
     control: &RunControl<'_>,
     device: &Device,
 ) -> Result<RunEnd, TrainError> {
-    config.check()?;
+    crate::config::check(config)?;
     let mut trainer = Trainer::start(config, paths, control, device)?;
     while !trainer.done() {
         if (control.cancelled)() {
             return Err(TrainError::Cancelled);
         }
-        let games = trainer.reader.next_games(config.batch_size)?;
+        let games = trainer.reader.next_games(config.data.batch_size)?;
         if games.is_empty() {
             trainer.end_epoch()?;
             continue;
@@ -412,16 +272,16 @@ fn resume_or_init(
     };
     let Some(loaded) = resumed else {
         return Ok((
-            init_model(&config.model, config.seed, ad)?,
+            init_model(&config.model, config.data.seed, ad)?,
             RunState::fresh(),
         ));
     };
-    if loaded.config != config.model {
+    if loaded.config != *config {
         return Err(TrainError::Partial {
             path: paths.partial.clone().unwrap_or_default(),
             message: format!(
-                "model configuration {:?} differs from the run's {:?}",
-                loaded.config, config.model
+                "training configuration {:?} differs from the run's {:?}",
+                loaded.config, config
             ),
         });
     }
@@ -481,20 +341,21 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         let shards = shard_files(&paths.train)?;
         let n_games = count_training_games(paths)?;
-        let batches_per_epoch = n_games.div_ceil(config.batch_size as u64);
-        let total_steps = if config.steps > 0 {
-            config.steps
+        let batches_per_epoch = n_games.div_ceil(config.data.batch_size as u64);
+        let run_schedule = &config.schedule;
+        let total_steps = if run_schedule.steps > 0 {
+            run_schedule.steps
         } else {
-            config.epochs * batches_per_epoch
+            run_schedule.epochs * batches_per_epoch
         };
         let schedule = Schedule::new(
-            config.schedule,
-            config.warmup_steps,
-            config.decay_steps(total_steps),
-            config.lr_min_ratio,
+            run_schedule.kind,
+            run_schedule.warmup_steps,
+            run_schedule.decay_steps(total_steps),
+            run_schedule.lr_min_ratio,
         )?;
         let ad = device.clone().autodiff();
-        let mut optim = AdamW::new(config.adamw());
+        let mut optim = AdamW::new(adamw_config(config));
         let (model, run) = resume_or_init(config, paths, control, &mut optim, &ad)?;
         let n_params = model.num_params();
         (control.log)(&format!(
@@ -505,7 +366,10 @@ impl<'a> Trainer<'a> {
         ));
         control.progress.set_total(total_steps);
         control.progress.inc(run.step);
-        let reader = EpochReader::new(epoch_order(&shards, config.seed, run.epoch), run.position);
+        let reader = EpochReader::new(
+            epoch_order(&shards, config.data.seed, run.epoch),
+            run.position,
+        );
         Ok(Trainer {
             config,
             paths,
@@ -531,10 +395,11 @@ impl<'a> Trainer<'a> {
 
     /// Whether the run has done its steps (or, with `steps = 0`, its epochs).
     fn done(&self) -> bool {
-        if self.config.steps > 0 {
-            self.run.step >= self.config.steps
+        let schedule = &self.config.schedule;
+        if schedule.steps > 0 {
+            self.run.step >= schedule.steps
         } else {
-            self.run.epoch >= self.config.epochs
+            self.run.epoch >= schedule.epochs
         }
     }
 
@@ -548,7 +413,7 @@ impl<'a> Trainer<'a> {
                 self.run.epoch
             )));
         }
-        if self.config.val_every > 0 && self.run.last_val_step != self.run.step {
+        if self.config.schedule.val_every > 0 && self.run.last_val_step != self.run.step {
             self.validate_now()?;
         }
         let run = &mut self.run;
@@ -556,7 +421,7 @@ impl<'a> Trainer<'a> {
         run.position = Position::default();
         run.epoch_batches = 0;
         self.reader = EpochReader::new(
-            epoch_order(&self.shards, self.config.seed, run.epoch),
+            epoch_order(&self.shards, self.config.data.seed, run.epoch),
             run.position,
         );
         Ok(())
@@ -567,8 +432,8 @@ impl<'a> Trainer<'a> {
     fn train_batch(mut self, games: &[TokenizedGame]) -> Result<Self, TrainError> {
         self.run.step += 1;
         self.run.epoch_batches += 1;
-        let batch = Batch::collate(games, self.config.max_steps);
-        let lr = self.config.lr * self.schedule.multiplier(self.run.opt_steps);
+        let batch = Batch::collate(games, self.config.data.max_steps);
+        let lr = self.config.optimiser.lr * self.schedule.multiplier(self.run.opt_steps);
         let loss = self.forward(&batch)?;
         let loss_value = scalar(loss.clone().detach())?;
         let update = if loss_value.is_finite() {
@@ -587,12 +452,12 @@ impl<'a> Trainer<'a> {
         self.run.tokens += batch.tokens();
         self.window_tokens += batch.tokens();
         self.run.position = self.reader.position();
-        let log_every = self.config.log_every;
+        let log_every = self.config.schedule.log_every;
         if update.skipped || (log_every > 0 && self.run.step.is_multiple_of(log_every)) {
             self.log_step(loss_value, lr, &update);
         }
         self.control.progress.inc(1);
-        let val_every = self.config.val_every;
+        let val_every = self.config.schedule.val_every;
         if val_every > 0 && self.run.step.is_multiple_of(val_every) {
             self.validate_now()?;
         }
@@ -605,7 +470,8 @@ impl<'a> Trainer<'a> {
     fn forward(&self, batch: &Batch) -> Result<Tensor<1>, TrainError> {
         let (moves, targets, mask) = batch.tensors(&self.ad)?;
         let _guard = lock_rng();
-        self.ad.seed(step_seed(self.config.seed, self.run.step));
+        self.ad
+            .seed(step_seed(self.config.data.seed, self.run.step));
         Ok(self.model.state_loss(moves, targets, mask)?.loss)
     }
 
@@ -693,13 +559,13 @@ impl<'a> Trainer<'a> {
         let Some(val) = &self.paths.val else {
             return Ok(());
         };
-        let config = self.config;
+        let data = &self.config.data;
         let metrics = validate(
             &self.model,
             val,
-            config.batch_size,
-            config.max_steps,
-            config.val_batches,
+            data.batch_size,
+            data.max_steps,
+            data.val_batches,
             self.device,
         )?;
         let run = &mut self.run;
@@ -720,7 +586,7 @@ impl<'a> Trainer<'a> {
 
     /// Saves the partial state every `checkpoint_every` steps, when there is a directory for it.
     fn checkpoint_if_due(&mut self) -> Result<(), TrainError> {
-        let every = self.config.checkpoint_every;
+        let every = self.config.schedule.checkpoint_every;
         if let Some(dir) = &self.paths.partial
             && every > 0
             && self.run.step.is_multiple_of(every)
@@ -731,7 +597,7 @@ impl<'a> Trainer<'a> {
                 &self.paths.key,
                 &self.run,
                 &self.model,
-                &self.config.model,
+                self.config,
                 &self.optim.export()?,
             )?;
         }
@@ -745,47 +611,57 @@ impl<'a> Trainer<'a> {
         }
         let out = &self.paths.out;
         std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
-        save_model(
-            &out.join(CHECKPOINT_DIR),
-            &self.model.valid(),
-            &self.config.model,
-        )?;
+        let checkpoint = out.join(CHECKPOINT_DIR);
+        save_model(&checkpoint, &self.model.valid(), &self.config.model)?;
+        save_config(&checkpoint, self.config)?;
         write_steps(&out.join(STEPS_FILE), &self.run.steps)?;
         write_val(&out.join(VAL_FILE), &self.run.vals)?;
         let summary = self.summary(self.train_s());
-        write_json(&out.join(SUMMARY_FILE), &summary)?;
+        cwm_formats::write_json(&out.join(SUMMARY_FILE), &summary)?;
         if let Some(dir) = &self.paths.partial {
             state::remove(dir)?;
         }
-        Ok(RunEnd::Finished(summary))
+        Ok(RunEnd::Finished(Box::new(summary)))
     }
 
     /// The `summary.json` of a run that took `wall_s` seconds.
-    fn summary(&self, wall_s: f64) -> Value {
+    fn summary(&self, wall_s: f64) -> TrainSummary {
         let (config, run) = (self.config, &self.run);
         let best = run
             .vals
             .iter()
             .filter(|r| r.loss.is_finite())
-            .min_by(|a, b| a.loss.total_cmp(&b.loss));
-        let mut hparams = config.hparams_json(self.total_steps);
-        hparams.extend(self.control.extra_hparams.clone());
-        json!({
-            "kind": "train",
-            "arch": config.model.family.name(),
-            "size": config.model.size.name(),
-            "params": self.n_params,
-            "hparams": hparams,
-            "steps": run.step,
-            "optimizer_steps": run.opt_steps,
-            "epochs_done": run.epoch,
-            "tokens": run.tokens,
-            "skipped_steps": run.skipped,
-            "rolled_back_steps": run.rolled_back,
-            "tokens_per_s": if wall_s > 0.0 { run.tokens as f64 / wall_s } else { 0.0 },
-            "wall_s": wall_s,
-            "final_val": run.vals.last().map(ValRow::to_json),
-            "best_val": best.map(ValRow::to_json),
-        })
+            .min_by(|a, b| a.loss.total_cmp(&b.loss))
+            .copied();
+        let mut effective = config.with_model(model_section(&config.model));
+        effective.schedule.lr_decay_steps = config.schedule.decay_steps(self.total_steps);
+        let extra = self
+            .control
+            .extra_hparams
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        TrainSummary {
+            version: TrainSummary::VERSION,
+            kind: cwm_formats::train::KIND.to_owned(),
+            arch: config.model.family.name().to_owned(),
+            size: config.model.size.name().to_owned(),
+            params: self.n_params as u64,
+            hparams: Hparams::new(effective, extra),
+            steps: run.step,
+            optimizer_steps: run.opt_steps,
+            epochs_done: run.epoch,
+            tokens: run.tokens,
+            skipped_steps: run.skipped,
+            rolled_back_steps: run.rolled_back,
+            tokens_per_s: if wall_s > 0.0 {
+                run.tokens as f64 / wall_s
+            } else {
+                0.0
+            },
+            wall_s,
+            final_val: run.vals.last().copied(),
+            best_val: best,
+        }
     }
 }

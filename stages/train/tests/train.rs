@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
 use burn::prelude::*;
+use cwm_formats::train::{CONFIG_FILE, TrainConfigFile, TrainSummary};
 use cwm_models::{Family, ModelConfig, Size};
 use cwm_stage::Progress;
 use cwm_stage_data::split::split_games;
@@ -17,7 +18,7 @@ use cwm_stage_train::output::{CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, VAL_FILE
 use cwm_stage_train::train::{init_model, validate};
 use cwm_stage_train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use serde_json::{Map, Value};
+use serde_json::Map;
 
 struct Data {
     train: PathBuf,
@@ -112,8 +113,8 @@ fn run(
 
 fn small(family: Family) -> TrainConfig {
     let mut config = TrainConfig::new(ModelConfig::new(family, Size::D128));
-    config.batch_size = 8;
-    config.max_steps = 64;
+    config.data.batch_size = 8;
+    config.data.max_steps = 64;
     config
 }
 
@@ -121,18 +122,18 @@ fn small(family: Family) -> TrainConfig {
 fn validation_loss_falls_well_below_its_initial_value() {
     let start = Instant::now();
     let mut config = small(Family::SliceDiag);
-    config.steps = 200;
-    config.lr = 3e-3;
-    config.val_every = 100;
-    config.val_batches = 4;
-    config.log_every = 50;
+    config.schedule.steps = 200;
+    config.optimiser.lr = 3e-3;
+    config.schedule.val_every = 100;
+    config.data.val_batches = 4;
+    config.schedule.log_every = 50;
     let d = data();
     let initial = validate(
-        &init_model(&config.model, config.seed, &Device::flex().autodiff()).unwrap(),
+        &init_model(&config.model, config.data.seed, &Device::flex().autodiff()).unwrap(),
         &d.val,
-        config.batch_size,
-        config.max_steps,
-        config.val_batches,
+        config.data.batch_size,
+        config.data.max_steps,
+        config.data.val_batches,
         &Device::flex(),
     )
     .unwrap();
@@ -140,7 +141,7 @@ fn validation_loss_falls_well_below_its_initial_value() {
     let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
         panic!("the run was not stopped")
     };
-    let final_loss = summary["final_val"]["loss"].as_f64().unwrap();
+    let final_loss = summary.final_val.unwrap().loss;
     eprintln!(
         "initial val loss {:.4} → {:.4} after 200 steps; {:.1} s (incl. data preparation)",
         initial.loss(),
@@ -153,12 +154,12 @@ fn validation_loss_falls_well_below_its_initial_value() {
         "val loss {final_loss} is not well below the initial {}",
         initial.loss()
     );
-    assert_eq!(summary["steps"], 200);
-    assert_eq!(summary["kind"], "train");
-    assert_eq!(summary["arch"], "slice_diag");
-    assert_eq!(summary["hparams"]["lr"], 3e-3);
-    assert_eq!(summary["hparams"]["lr_decay_steps"], 200);
-    assert_eq!(summary["skipped_steps"], 0);
+    assert_eq!(summary.steps, 200);
+    assert_eq!(summary.kind, "train");
+    assert_eq!(summary.arch, "slice_diag");
+    assert_eq!(summary.hparams.optimiser.lr, 3e-3);
+    assert_eq!(summary.hparams.schedule.lr_decay_steps, 200);
+    assert_eq!(summary.skipped_steps, 0);
     let val = read_table(&out.join(VAL_FILE));
     // Every 100 steps and at each epoch end (22 batches per epoch at batch 8... see the log).
     assert_eq!(val.u64s("step"), [44, 88, 100, 132, 176, 200]);
@@ -172,9 +173,15 @@ fn validation_loss_falls_well_below_its_initial_value() {
         final_loss,
         "the checkpoint is the final model"
     );
-    let on_disk: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join(SUMMARY_FILE)).unwrap()).unwrap();
-    assert_eq!(on_disk["final_val"], summary["final_val"]);
+    let on_disk: TrainSummary = cwm_formats::read_json(&out.join(SUMMARY_FILE)).unwrap();
+    assert_eq!(on_disk.final_val, summary.final_val);
+    // The configuration is saved beside the checkpoint, as given (lr_decay_steps unresolved).
+    let saved: TrainConfigFile =
+        cwm_formats::read_json(&out.join(CHECKPOINT_DIR).join(CONFIG_FILE)).unwrap();
+    assert_eq!(saved.config.model, summary.hparams.model);
+    assert_eq!(saved.config.optimiser, summary.hparams.optimiser);
+    assert_eq!(saved.config.data, summary.hparams.data);
+    assert_eq!(saved.config.schedule.lr_decay_steps, 0);
 }
 
 struct Table {
@@ -247,16 +254,16 @@ fn weights(dir: &Path) -> Vec<(String, Vec<u32>)> {
 fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
     let start = Instant::now();
     let mut config = small(Family::SliceDiag);
-    config.batch_size = 16;
-    config.max_steps = 32;
-    config.steps = 40;
-    config.schedule = cwm_stage_train::ScheduleKind::Cosine;
-    config.warmup_steps = 5;
-    config.weight_decay = 0.01;
-    config.val_every = 15;
-    config.val_batches = 2;
-    config.log_every = 5;
-    config.checkpoint_every = 10;
+    config.data.batch_size = 16;
+    config.data.max_steps = 32;
+    config.schedule.steps = 40;
+    config.schedule.kind = cwm_stage_train::ScheduleKind::Cosine;
+    config.schedule.warmup_steps = 5;
+    config.optimiser.weight_decay = 0.01;
+    config.schedule.val_every = 15;
+    config.data.val_batches = 2;
+    config.schedule.log_every = 5;
+    config.schedule.checkpoint_every = 10;
     let d = data();
     let straight = d.root.join("straight");
     let straight_partial = d.root.join("partial-straight");
@@ -268,8 +275,8 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
         "the partial state is removed at the end"
     );
     assert!(
-        a["epochs_done"].as_u64().unwrap() >= 1,
-        "the run crosses an epoch boundary: {a}"
+        a.epochs_done >= 1,
+        "the run crosses an epoch boundary: {a:?}"
     );
 
     let resumed = d.root.join("resumed");
@@ -316,20 +323,16 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
     for column in ["loss", "labelwise", "exact_state", "trajectory"] {
         assert_eq!(va.f64_bits(column), vb.f64_bits(column), "{column}");
     }
-    for field in [
-        "steps",
-        "tokens",
-        "epochs_done",
-        "skipped_steps",
-        "final_val",
-        "best_val",
-        "hparams",
-    ] {
-        assert_eq!(a[field], b[field], "{field}");
-    }
+    assert_eq!(
+        (a.steps, a.tokens, a.epochs_done, a.skipped_steps),
+        (b.steps, b.tokens, b.epochs_done, b.skipped_steps)
+    );
+    assert_eq!(a.final_val, b.final_val);
+    assert_eq!(a.best_val, b.best_val);
+    assert_eq!(a.hparams, b.hparams);
     // Dropout is on, so a different seed gives different weights: the comparison has teeth.
     let mut other = config.clone();
-    other.seed = 1;
+    other.data.seed = 1;
     let other_out = d.root.join("other-seed");
     run(&other, &other_out, None, None);
     assert!(weights(&other_out) != straight_weights);
@@ -341,17 +344,17 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
 #[test]
 fn non_finite_losses_are_skipped_counted_and_logged() {
     let mut config = small(Family::SliceDiag);
-    config.steps = 6;
-    config.lr = 1e38;
-    config.log_every = 0;
+    config.schedule.steps = 6;
+    config.optimiser.lr = 1e38;
+    config.schedule.log_every = 0;
     let out = data().root.join("nan");
     let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
         panic!("not finished")
     };
     let steps = read_table(&out.join(STEPS_FILE));
-    let skipped = summary["skipped_steps"].as_u64().unwrap();
-    let rolled_back = summary["rolled_back_steps"].as_u64().unwrap();
-    assert!(skipped >= 4, "{summary}");
+    let skipped = summary.skipped_steps;
+    let rolled_back = summary.rolled_back_steps;
+    assert!(skipped >= 4, "{summary:?}");
     assert_eq!(
         steps.u64s("step").len() as u64,
         skipped,
@@ -360,9 +363,9 @@ fn non_finite_losses_are_skipped_counted_and_logged() {
     assert_eq!(*steps.u64s("step").last().unwrap(), 6);
     // A rolled-back update moved the schedule and is also a skipped batch.
     assert_eq!(
-        summary["optimizer_steps"].as_u64().unwrap() + skipped - rolled_back,
+        summary.optimizer_steps + skipped - rolled_back,
         6,
-        "{summary}"
+        "{summary:?}"
     );
 }
 
@@ -373,26 +376,26 @@ fn non_finite_losses_are_skipped_counted_and_logged() {
 #[test]
 fn non_finite_parameters_are_rolled_back_to_the_snapshot() {
     let mut config = small(Family::Transformer);
-    config.steps = 4;
-    config.lr = 1e39;
-    config.log_every = 0;
+    config.schedule.steps = 4;
+    config.optimiser.lr = 1e39;
+    config.schedule.log_every = 0;
     let out = data().root.join("rollback");
     let RunEnd::Finished(summary) = run(&config, &out, None, None) else {
         panic!("not finished")
     };
-    assert_eq!(summary["skipped_steps"].as_u64(), Some(4), "{summary}");
-    assert_eq!(summary["rolled_back_steps"].as_u64(), Some(4), "{summary}");
-    assert_eq!(summary["optimizer_steps"].as_u64(), Some(4), "{summary}");
+    assert_eq!(summary.skipped_steps, 4, "{summary:?}");
+    assert_eq!(summary.rolled_back_steps, 4, "{summary:?}");
+    assert_eq!(summary.optimizer_steps, 4, "{summary:?}");
     let initial = {
         let device = Device::flex().autodiff();
-        let model = init_model(&config.model, config.seed, &device).unwrap();
+        let model = init_model(&config.model, config.data.seed, &device).unwrap();
         let dir = data().root.join("rollback-init");
         cwm_models::save_model(&dir.join(CHECKPOINT_DIR), &model, &config.model).unwrap();
         weights(&dir)
     };
     assert!(weights(&out) == initial, "the weights are the initial ones");
 
-    config.steps = 25;
+    config.schedule.steps = 25;
     let d = data();
     let paths = TrainPaths {
         train: d.train.clone(),
@@ -421,8 +424,8 @@ fn non_finite_parameters_are_rolled_back_to_the_snapshot() {
 #[test]
 fn thread_count_does_not_change_the_weights() {
     let mut config = small(Family::SliceDiag);
-    config.steps = 6;
-    config.log_every = 0;
+    config.schedule.steps = 6;
+    config.schedule.log_every = 0;
     let d = data();
     let mut results = Vec::new();
     for threads in [1, 2, 4] {

@@ -1,5 +1,5 @@
 //! `bin_prefix` on a hand-made `timesteps.parquet` with known answers, and `select` on
-//! hand-written train summaries.
+//! hand-made train summaries.
 
 use std::fs::File;
 use std::path::Path;
@@ -8,6 +8,9 @@ use std::sync::Arc;
 use arrow::array::{
     ArrayRef, BooleanArray, Float32Array, Float64Array, RecordBatch, StringArray, UInt8Array,
     UInt32Array, UInt64Array,
+};
+use cwm_formats::train::{
+    Hparams, ModelSection, ScheduleKind, TrainConfig, TrainSummary, ValMetrics,
 };
 use cwm_stage_evaluate::tables::timesteps_schema;
 use cwm_stage_evaluate::{Metric, PrefixBin, RunInput, bin_prefix, prefix_bins, select_runs};
@@ -196,23 +199,56 @@ fn train_run(root: &Path, name: &str, summary: serde_json::Value) -> RunInput {
     }
 }
 
-fn val(loss: f64) -> serde_json::Value {
-    json!({"step": 100, "loss": loss, "labelwise": 0.9, "exact_state": 0.5 - loss / 10.0, "trajectory": 0.1})
+fn val(loss: f64) -> Option<ValMetrics> {
+    Some(ValMetrics {
+        step: 100,
+        loss,
+        labelwise: 0.9,
+        exact_state: 0.5 - loss / 10.0,
+        trajectory: 0.1,
+    })
 }
 
+/// A train summary as the train stage writes it.
 fn summary(
     arch: &str,
     size: &str,
     lr: f64,
-    best: serde_json::Value,
-    last: serde_json::Value,
+    best: Option<ValMetrics>,
+    last: Option<ValMetrics>,
 ) -> serde_json::Value {
-    json!({
-        "kind": "train", "arch": arch, "size": size, "params": 1000,
-        "hparams": {"lr": lr, "beta2": 0.95, "weight_decay": 0.001, "warmup_steps": 5000,
-                    "schedule": "cosine", "lr_min_ratio": 0.1, "batch_size": 128},
-        "steps": 100, "final_val": last, "best_val": best
-    })
+    let mut config = TrainConfig::new(ModelSection {
+        arch: arch.into(),
+        size: size.into(),
+        dropout: 0.1,
+        rope: "reference".into(),
+        mamba3_mimo: false,
+    });
+    config.optimiser.lr = lr;
+    config.optimiser.beta2 = 0.95;
+    config.optimiser.weight_decay = 0.001;
+    config.schedule.kind = ScheduleKind::Cosine;
+    config.schedule.warmup_steps = 5000;
+    config.data.batch_size = 128;
+    let summary = TrainSummary {
+        version: 1,
+        kind: "train".into(),
+        arch: arch.into(),
+        size: size.into(),
+        params: 1000,
+        hparams: Hparams::new(config, Default::default()),
+        steps: 100,
+        optimizer_steps: 100,
+        epochs_done: 1,
+        tokens: 10_000,
+        skipped_steps: 0,
+        rolled_back_steps: 0,
+        tokens_per_s: 100.0,
+        wall_s: 100.0,
+        final_val: last,
+        best_val: best,
+    };
+    serde_json::to_value(summary).unwrap()
 }
 
 #[test]
@@ -233,12 +269,12 @@ fn select_picks_the_lowest_validation_loss_per_arch_and_size() {
         train_run(
             root,
             "train[lr=0.001,slice,d256]",
-            summary("slice", "d256", 1e-3, json!(null), val(1.1)),
+            summary("slice", "d256", 1e-3, None, val(1.1)),
         ),
         train_run(
             root,
             "train[lr=0.001,transformer,d128]",
-            summary("transformer", "d128", 1e-3, json!(null), json!(null)),
+            summary("transformer", "d128", 1e-3, None, None),
         ),
     ];
     let group_by = vec!["arch".to_owned(), "size".to_owned()];

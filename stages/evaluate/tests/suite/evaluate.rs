@@ -179,7 +179,7 @@ fn summary_matches_the_tables_recomputed_by_hand() {
     let leftovers: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".partial"))
+        .filter(|n| n.starts_with('.') || n.ends_with(".tmp") || n.ends_with(".partial"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
