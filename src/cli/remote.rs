@@ -82,7 +82,7 @@ fn selected_names(plan: &Plan, only: &[String], direction: Direction) -> Result<
     if only.is_empty() {
         return Ok(Vec::new());
     }
-    let selected = plan.resolve(only).map_err(anyhow::Error::msg)?;
+    let selected = plan.resolve(only)?;
     let indices = match direction {
         Direction::Push => selected,
         Direction::Pull => plan.with_ancestors(&selected),

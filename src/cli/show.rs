@@ -29,9 +29,7 @@ pub struct ShowArgs {
 pub fn run(args: ShowArgs, ctx: &Context) -> Result<ExitCode> {
     let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &[])?;
     let store = open_store(&plan)?;
-    let indices = plan
-        .resolve(std::slice::from_ref(&args.stage))
-        .map_err(anyhow::Error::msg)?;
+    let indices = plan.resolve(std::slice::from_ref(&args.stage))?;
     let lock = read_lock(&plan)?;
     let statuses = cwm_engine::status::status(&plan, &ctx.registry, &store, &lock);
     for idx in indices {

@@ -32,7 +32,11 @@ fn batch(first: u64, games: u64, plies: u32) -> Result<RecordBatch, Error> {
             ids.push(format!("g{g:08}"));
             t.push(step);
             // A deterministic mix of right and wrong steps.
-            correct.push(if (g + u64::from(step)) % 7 == 0 { 74u8 } else { 75 });
+            correct.push(if (g + u64::from(step)) % 7 == 0 {
+                74u8
+            } else {
+                75
+            });
         }
     }
     let exact: Vec<bool> = correct.iter().map(|&c| c == 75).collect();
