@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 /// `../shared/data`, or `None` when absent (see [`crate::require`]).
 fn shared_data() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    let dir = cwm_testkit::shared_data_dir();
     let what = format!("{} (the shared data beside the repository)", dir.display());
     crate::require(&what, dir.is_dir()).then_some(dir)
 }

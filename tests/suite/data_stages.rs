@@ -12,7 +12,7 @@ fn repo() -> PathBuf {
 
 /// `../shared/data`, or `None` when absent (see [`crate::require`]).
 fn shared_data() -> Option<PathBuf> {
-    let dir = repo().join("../shared/data");
+    let dir = cwm_testkit::shared_data_dir();
     let what = format!("{} (the shared data beside the repository)", dir.display());
     crate::require(&what, dir.is_dir()).then_some(dir)
 }

@@ -16,25 +16,11 @@ use cwm_stage_data::{
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-/// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what is
-/// missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
-/// checked nothing, and elsewhere prints a loud `SKIPPED` line and returns `false`.
-fn require(what: &str, available: bool) -> bool {
-    if !available {
-        let test = std::thread::current().name().unwrap_or("?").to_owned();
-        if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
-            panic!(
-                "{test}: {what} is missing, and CI is set: a test with a missing oracle or data set fails"
-            );
-        }
-        eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
-    }
-    available
-}
+use cwm_testkit::require;
 
 /// `../shared/data` beside the repository, or `None` when absent (see [`require`]).
 fn shared_data() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+    let dir = cwm_testkit::shared_data_dir();
     let what = format!("{} (the shared data beside the repository)", dir.display());
     require(&what, dir.is_dir()).then_some(dir)
 }

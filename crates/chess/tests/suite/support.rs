@@ -12,24 +12,10 @@ use cwm_chess::{
 
 /// The shared test data directory, `<workspace>/../shared/data`.
 pub fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
+    cwm_testkit::shared_data_dir()
 }
 
-/// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what is
-/// missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
-/// checked nothing, and elsewhere prints a loud `SKIPPED` line and returns `false`.
-pub fn require(what: &str, available: bool) -> bool {
-    if !available {
-        let test = std::thread::current().name().unwrap_or("?").to_owned();
-        if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
-            panic!(
-                "{test}: {what} is missing, and CI is set: a test with a missing oracle or data set fails"
-            );
-        }
-        eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
-    }
-    available
-}
+pub use cwm_testkit::require;
 
 /// The path of a file or directory in the shared data, or `None` when it is absent (after
 /// [`require`], which panics under CI).

@@ -26,21 +26,7 @@ fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
 }
 
-/// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what is
-/// missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
-/// checked nothing, and elsewhere prints a loud `SKIPPED` line and returns `false`.
-fn require(what: &str, available: bool) -> bool {
-    if !available {
-        let test = std::thread::current().name().unwrap_or("?").to_owned();
-        if std::env::var_os("CI").is_some_and(|ci| !ci.is_empty()) {
-            panic!(
-                "{test}: {what} is missing, and CI is set: a test with a missing oracle or data set fails"
-            );
-        }
-        eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
-    }
-    available
-}
+use cwm_testkit::require;
 
 /// Whether `python3` imports torch, safetensors and numpy; see [`require`].
 fn torch_available() -> bool {
