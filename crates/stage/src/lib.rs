@@ -48,7 +48,7 @@ mod progress;
 pub use context::{InputArtifact, StageContext, StageLog};
 pub use decl::{KindDecl, ThreadsDecl};
 pub use error::StageError;
-pub use params::{ParamDefault, ParamSpec, ParamType, ParamValue, Params};
+pub use params::{ParamDefault, ParamSpec, ParamType, ParamTypeError, ParamValue, Params};
 pub use progress::{Progress, ProgressEvent, ProgressSink};
 
 /// How many worker threads a stage instance claims from the executor's budget.

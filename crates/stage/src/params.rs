@@ -42,9 +42,9 @@ impl ParamType {
     /// Checks `value` against this type, returning it in canonical form
     /// (integers widened to floats where a float is expected).
     ///
-    /// The error says what was expected and what was found.
-    pub fn check(&self, value: &ParamValue) -> Result<ParamValue, String> {
-        let mismatch = || format!("expected {self}, found {}", value.describe());
+    /// # Errors
+    /// A [`ParamTypeError`] saying what was expected and what was found.
+    pub fn check(&self, value: &ParamValue) -> Result<ParamValue, ParamTypeError> {
         match (self, value) {
             (ParamType::Any, v) => Ok(v.clone()),
             (ParamType::Bool, ParamValue::Bool(_))
@@ -56,21 +56,58 @@ impl ParamType {
                 if options.contains(&s.as_str()) {
                     Ok(value.clone())
                 } else {
-                    Err(format!(
-                        "expected one of {}, found \"{s}\"",
-                        options.join(", ")
-                    ))
+                    Err(ParamTypeError::NotAChoice {
+                        options,
+                        found: s.clone(),
+                    })
                 }
             }
             (ParamType::List(item), ParamValue::List(items)) => items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| item.check(v).map_err(|e| format!("item {i}: {e}")))
+                .map(|(index, v)| {
+                    item.check(v).map_err(|e| ParamTypeError::Item {
+                        index,
+                        problem: Box::new(e),
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map(ParamValue::List),
-            _ => Err(mismatch()),
+            _ => Err(ParamTypeError::Mismatch {
+                expected: self.to_string(),
+                found: value.describe(),
+            }),
         }
     }
+}
+
+/// A param value that does not have its declared type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamTypeError {
+    /// Another type than the declared one.
+    #[error("expected {expected}, found {found}")]
+    Mismatch {
+        /// The declared type, described.
+        expected: String,
+        /// The value, described.
+        found: String,
+    },
+    /// A string that is none of the declared choices.
+    #[error("expected one of {}, found \"{found}\"", options.join(", "))]
+    NotAChoice {
+        /// The choices.
+        options: &'static [&'static str],
+        /// The string given.
+        found: String,
+    },
+    /// An item of a list does not have the item type.
+    #[error("item {index}: {problem}")]
+    Item {
+        /// The item's index.
+        index: usize,
+        /// What is wrong with it.
+        problem: Box<ParamTypeError>,
+    },
 }
 
 /// A parameter value: the scalars and lists YAML can express.
@@ -423,12 +460,13 @@ mod tests {
         let err = ParamType::Int
             .check(&ParamValue::Str("ten".into()))
             .unwrap_err();
-        assert_eq!(err, "expected an integer, found string \"ten\"");
+        assert_eq!(err.to_string(), "expected an integer, found string \"ten\"");
         const MODES: &[&str] = &["fast", "reference"];
         assert!(
             ParamType::Choice(MODES)
                 .check(&ParamValue::Str("slow".into()))
                 .unwrap_err()
+                .to_string()
                 .contains("one of fast, reference")
         );
         const INTS: ParamType = ParamType::Int;
@@ -437,6 +475,7 @@ mod tests {
             ParamType::List(&INTS)
                 .check(&list)
                 .unwrap_err()
+                .to_string()
                 .starts_with("item 1:")
         );
     }
