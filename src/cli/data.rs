@@ -227,12 +227,8 @@ fn resolve_input(input: &str, pipeline: Option<&Path>, registry: &Registry) -> R
     }
     let pipeline = cwm_engine::pipeline::load(&pipeline_path, registry, &[])
         .map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
-    let (name, output) = match input.rfind(']').map_or(input.rfind('.'), |close| {
-        input[close..].find('.').map(|i| close + i)
-    }) {
-        Some(dot) => (&input[..dot], Some(&input[dot + 1..])),
-        None => (input, None),
-    };
+    let (name, output) = cwm_engine::pipeline::split_reference(input);
+    let (name, output) = (name.as_str(), output.as_deref());
     let Some(idx) = pipeline.index_of(name) else {
         bail!("`{input}` is not a path, and the pipeline has no stage or instance `{name}`");
     };

@@ -122,6 +122,14 @@ impl Pipeline {
     }
 }
 
+/// Splits a reference to a stage's output, `stage.output` or `stage[k=v].output`, into the
+/// instance or stage (`stage`, `stage[k=v]`) and the output name, with the parser the pipeline
+/// file's inputs use; a text without an output part gives `None`.
+pub fn split_reference(text: &str) -> (String, Option<String>) {
+    let reference = selector::Reference::parse(text);
+    (reference.target.to_string(), reference.member)
+}
+
 /// Reads, validates and expands the pipeline file at `path`.
 pub fn load(
     path: &Path,

@@ -221,3 +221,23 @@ fn arbitrary_yaml_never_panics() {
         let _ = load_text(s);
     }
 }
+
+#[test]
+fn references_split_into_instance_and_output() {
+    assert_eq!(split_reference("parse"), ("parse".to_owned(), None));
+    assert_eq!(
+        split_reference("parse.games"),
+        ("parse".to_owned(), Some("games".to_owned()))
+    );
+    assert_eq!(
+        split_reference("train[arch=slice,lr=0.5].model"),
+        (
+            "train[arch=slice,lr=0.5]".to_owned(),
+            Some("model".to_owned())
+        )
+    );
+    assert_eq!(
+        split_reference("train[arch=slice]"),
+        ("train[arch=slice]".to_owned(), None)
+    );
+}
