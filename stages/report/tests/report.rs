@@ -768,3 +768,40 @@ fn the_stage_kind_runs_from_a_context() {
         stage.fingerprint()
     );
 }
+
+/// The prefix-bin tables' CSV cells against an independent computation from the fixtures'
+/// bins: ExactState × 100 at full precision, an empty cell where a bin holds no step.
+#[test]
+fn bin_tables_equal_the_fixtures_exact_state_in_percent() {
+    let f = full_fixtures();
+    let out = TempDir::new("bins-independent");
+    f.build(&out.0, &quick()).unwrap();
+    for (table, shift) in [
+        ("table11_bins_test_real.csv", 0.0),
+        ("table12_bins_test_random.csv", 0.2),
+    ] {
+        // (model, ExactState per bin; None where the bin has no step), as `full_fixtures`
+        // builds them.
+        let expected: [(&str, [Option<f64>; 4]); 2] = [
+            ("slice", [Some(0.9), Some(0.6), Some(0.3 - shift), None]),
+            ("slice_diag", [Some(0.85), Some(0.5), None, Some(0.1)]),
+        ];
+        let text = std::fs::read_to_string(out.0.join(table)).unwrap();
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(rows.len(), expected.len(), "{table}: {text}");
+        for (row, (model, bins)) in rows.iter().zip(expected) {
+            let cells: Vec<&str> = row.split(',').collect();
+            assert_eq!(&cells[..2], [model, "d128"], "{table}: {row}");
+            assert_eq!(cells.len(), 2 + bins.len(), "{table}: {row}");
+            for (cell, bin) in cells[2..].iter().zip(bins) {
+                match bin {
+                    None => assert_eq!(*cell, "", "{table}: {row}"),
+                    Some(exact) => {
+                        let value: f64 = cell.parse().unwrap();
+                        assert!((value - 100.0 * exact).abs() < 1e-9, "{table}: {row}");
+                    }
+                }
+            }
+        }
+    }
+}
