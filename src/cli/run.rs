@@ -54,7 +54,6 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<ExitCode> {
         dry_run: args.dry_run,
         jobs: args.jobs.unwrap_or(ctx.threads),
         keep_going: args.keep_going,
-        json: args.json,
     };
     let mut display = Display::new(args.json);
     let executor = Executor {

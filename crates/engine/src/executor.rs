@@ -61,8 +61,6 @@ pub struct RunOptions {
     pub jobs: usize,
     /// Keep launching independent stages after a failure.
     pub keep_going: bool,
-    /// Machine-readable summary on stdout.
-    pub json: bool,
 }
 
 /// What happened to one instance.
@@ -320,7 +318,9 @@ enum State {
 #[derive(Debug)]
 struct Job {
     state: State,
-    /// Its key's ingredients, once computed (cached or launched).
+    /// Its key's ingredients, once computed: cached, launched, or (while still
+    /// `Waiting`) found stale and waiting for thread slots, so later scheduling
+    /// passes launch it without hashing its inputs and checking the store again.
     ingredients: Option<KeyIngredients>,
     /// What happened, once settled.
     outcome: Option<Outcome>,
@@ -482,6 +482,10 @@ impl<'r, 'a> Run<'r, 'a> {
         if let Some(decision) = self.decide_by_producers(idx) {
             return Ok(decision);
         }
+        if let Some(ingredients) = self.jobs[idx].ingredients.take() {
+            // Found stale on an earlier pass; only thread slots were short.
+            return self.launch(idx, ingredients);
+        }
         let (exec, jobs) = (self.exec, &self.jobs);
         let ingredients = freshness::ingredients(exec.plan, exec.registry, exec.store, idx, |p| {
             jobs[p].outputs()
@@ -506,7 +510,6 @@ impl<'r, 'a> Run<'r, 'a> {
                 self.settle(idx, State::WouldRun, Outcome::WouldRun(reasons));
                 Ok(Decision::Settled)
             }
-            Freshness::Stale(_) if self.stop_launching => Ok(Decision::Wait),
             Freshness::Stale(_) => self.launch(idx, ingredients),
         }
     }
@@ -546,6 +549,10 @@ impl<'r, 'a> Run<'r, 'a> {
         idx: usize,
         ingredients: KeyIngredients,
     ) -> Result<Decision<'a>, RunError> {
+        if self.stop_launching {
+            self.jobs[idx].ingredients = Some(ingredients);
+            return Ok(Decision::Wait);
+        }
         let inst = self.instance(idx);
         let kind = self
             .exec
@@ -560,6 +567,7 @@ impl<'r, 'a> Run<'r, 'a> {
             Threads::All => self.slots,
         };
         if claim > self.free_slots {
+            self.jobs[idx].ingredients = Some(ingredients);
             return Ok(Decision::Wait);
         }
         self.free_slots -= claim;
