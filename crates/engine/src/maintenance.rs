@@ -204,7 +204,7 @@ pub fn gc(
             store.remove_artifact(&hash)?;
         }
     }
-    report.partials_removed = abandoned_partials(store, options.stale_keys.as_ref());
+    report.partials_removed = abandoned_partials(store, &records, options.stale_keys.as_ref());
     if !options.dry_run {
         for key in &report.partials_removed {
             store.remove_partial(key)?;
@@ -214,14 +214,18 @@ pub fn gc(
 }
 
 /// The partial states nothing will resume: those whose key has a finished record (the run
-/// completed) and, when the stale instances are known, those whose key none of them has.
-fn abandoned_partials(store: &Store, stale_keys: Option<&BTreeSet<String>>) -> Vec<String> {
+/// completed; `records` are the records as gc found them, so a dry run agrees with a real one)
+/// and, when the stale instances are known, those whose key none of them has.
+fn abandoned_partials(
+    store: &Store,
+    records: &BTreeMap<String, KeyRecord>,
+    stale_keys: Option<&BTreeSet<String>>,
+) -> Vec<String> {
     store
         .partial_keys()
         .into_iter()
         .filter(|key| {
-            let finished = matches!(store.lookup(key), Ok(Some(_)));
-            finished || stale_keys.is_some_and(|stale| !stale.contains(key))
+            records.contains_key(key) || stale_keys.is_some_and(|stale| !stale.contains(key))
         })
         .collect()
 }
