@@ -2,18 +2,12 @@
 //! `cwm export jsonl`, `cwm import jsonl`, `cwm model params`.
 
 use super::Workspace;
-use std::path::PathBuf;
 
-/// `../shared/data`, or `None` when absent (see [`crate::require`]).
-fn shared_data() -> Option<PathBuf> {
-    let dir = cwm_testkit::shared_data_dir();
-    let what = format!("{} (the shared data beside the repository)", dir.display());
-    crate::require(&what, dir.is_dir()).then_some(dir)
-}
+use cwm_testkit::shared_data;
 
 #[test]
 fn random_uniform_reference_mode_reproduces_the_papers_first_50_games_byte_for_byte() {
-    let Some(data) = shared_data() else { return };
+    let Some(data) = shared_data("") else { return };
     let ws = Workspace::new("cli-random");
     ws.ok(&[
         "random-uniform",
@@ -39,7 +33,7 @@ fn random_uniform_reference_mode_reproduces_the_papers_first_50_games_byte_for_b
 
 #[test]
 fn process_counts_rejections_and_exports_from_a_pipeline_stage() {
-    let Some(data) = shared_data() else { return };
+    let Some(data) = shared_data("") else { return };
     let ws = Workspace::new("cli-process");
     let pgn = data.join("real/lichess_2025_one_illegal.pgn");
     let out = ws.ok(&[

@@ -10,12 +10,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/data`, or `None` when absent (see [`crate::require`]).
-fn shared_data() -> Option<PathBuf> {
-    let dir = cwm_testkit::shared_data_dir();
-    let what = format!("{} (the shared data beside the repository)", dir.display());
-    crate::require(&what, dir.is_dir()).then_some(dir)
-}
+use cwm_testkit::shared_data;
 
 /// The data directory of the artifact `instance.output` recorded for the last run (from
 /// `cwm show`).
@@ -116,7 +111,7 @@ fn the_full_pipeline_runs_on_the_shipped_sample_and_is_cached() {
     assert_eq!(random["games"], 50);
 
     // The random games through export_jsonl equal the reference's first 50, byte for byte.
-    if let Some(shared) = shared_data() {
+    if let Some(shared) = shared_data("") {
         let out = ws.dir.join("random_jsonl");
         let shards = cwm_stage_data::export_jsonl(&artifact(&ws, "random", "out"), &out, 10_000, 2)
             .expect("export");
@@ -211,7 +206,9 @@ fn a_checksum_mismatch_fails_the_download_and_stores_nothing() {
 
 #[test]
 fn every_edge_file_parses_with_counted_rejections() {
-    let Some(shared) = shared_data() else { return };
+    let Some(shared) = shared_data("") else {
+        return;
+    };
     let mut files = Vec::new();
     let mut dirs = vec![shared.join("edge")];
     while let Some(dir) = dirs.pop() {
@@ -274,7 +271,9 @@ fn every_edge_file_parses_with_counted_rejections() {
 
 #[test]
 fn the_one_illegal_lichess_game_is_the_only_rejection() {
-    let Some(shared) = shared_data() else { return };
+    let Some(shared) = shared_data("") else {
+        return;
+    };
     let ws = Workspace::new("data-one-illegal");
     ws.pipeline(&format!(
         "stages:\n  download:\n    uses: download\n    params: {{url: \"{}\"}}\n  parse:\n    uses: parse\n    inputs: {{pgn: download}}\n    params: {{min_fullmoves: 0}}\n",

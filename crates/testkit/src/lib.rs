@@ -35,6 +35,14 @@ pub fn shared_data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
 }
 
+/// `<shared data>/<relative>` (`""`: the directory itself) when it exists; otherwise `None`
+/// after [`require`], which fails the test under CI.
+pub fn shared_data(relative: &str) -> Option<PathBuf> {
+    let path = shared_data_dir().join(relative);
+    let what = format!("{} (the shared data beside the repository)", path.display());
+    require(&what, path.exists()).then_some(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,14 +16,7 @@ use cwm_stage_data::{
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use cwm_testkit::require;
-
-/// `../shared/data` beside the repository, or `None` when absent (see [`require`]).
-fn shared_data() -> Option<PathBuf> {
-    let dir = cwm_testkit::shared_data_dir();
-    let what = format!("{} (the shared data beside the repository)", dir.display());
-    require(&what, dir.is_dir()).then_some(dir)
-}
+use cwm_testkit::shared_data;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("cwm-data-it-{}-{name}", std::process::id()));
@@ -80,7 +73,9 @@ fn read_shards(dir: &Path) -> Vec<(String, Vec<u16>, Vec<u8>)> {
 
 #[test]
 fn tokenized_labels_equal_the_san_replay_on_every_real_game() {
-    let Some(shared) = shared_data() else { return };
+    let Some(shared) = shared_data("") else {
+        return;
+    };
     for name in [
         "lichess_db_1000k.pgn",
         "lichess_2025_legal.pgn",
@@ -132,7 +127,9 @@ fn tokenized_labels_equal_the_san_replay_on_every_real_game() {
 
 #[test]
 fn jsonl_output_of_process_matches_the_export_of_the_table() {
-    let Some(shared) = shared_data() else { return };
+    let Some(shared) = shared_data("") else {
+        return;
+    };
     let pgn = shared.join("real/lichess_2025_legal.pgn");
     let dir = temp("jsonl-roundtrip");
     let common = ProcessOptions {
@@ -172,7 +169,9 @@ fn jsonl_output_of_process_matches_the_export_of_the_table() {
 
 #[test]
 fn reference_random_games_export_byte_for_byte() {
-    let Some(shared) = shared_data() else { return };
+    let Some(shared) = shared_data("") else {
+        return;
+    };
     let reference =
         std::fs::read(shared.join("reference-vectors/random_seed0_first50.jsonl")).unwrap();
     let dir = temp("random");

@@ -19,11 +19,7 @@ pub use cwm_testkit::require;
 
 /// The path of a file or directory in the shared data, or `None` when it is absent (after
 /// [`require`], which panics under CI).
-pub fn data_path(relative: &str) -> Option<PathBuf> {
-    let path = data_dir().join(relative);
-    let what = format!("test data {relative} (expected at {})", path.display());
-    require(&what, path.exists()).then_some(path)
-}
+pub use cwm_testkit::shared_data as data_path;
 
 /// Returns early from a test when the shared data is absent (see [`require`]).
 macro_rules! require_data {
