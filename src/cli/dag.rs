@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use cwm_engine::plan::Plan;
 
-use super::{Context, load_plan};
+use super::{Context, VarArgs, load_plan};
 
 /// Print the stage graph.
 #[derive(Args)]
@@ -18,6 +18,8 @@ pub struct DagArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = DagFormat::Mermaid)]
     format: DagFormat,
+    #[command(flatten)]
+    vars: VarArgs,
 }
 
 /// A graph language.
@@ -29,7 +31,8 @@ enum DagFormat {
 
 /// Runs `cwm dag`.
 pub fn run(args: DagArgs, ctx: &Context) -> Result<ExitCode> {
-    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &[])?;
+    let load = args.vars.load_options(Vec::new())?;
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
     let text = match args.format {
         DagFormat::Mermaid => mermaid(&plan),
         DagFormat::Dot => dot(&plan),

@@ -225,7 +225,7 @@ fn resolve_input(input: &str, pipeline: Option<&Path>, registry: &Registry) -> R
             "`{input}` is neither a file nor a directory, and there is no pipeline file to look it up in"
         );
     }
-    let pipeline = cwm_engine::pipeline::load(&pipeline_path, registry, &[])
+    let pipeline = cwm_engine::pipeline::load(&pipeline_path, registry, &Default::default())
         .map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
     let (name, output) = cwm_engine::pipeline::split_reference(input);
     let (name, output) = (name.as_str(), output.as_deref());

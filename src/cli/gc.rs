@@ -10,8 +10,9 @@ use clap::Args;
 use cwm_engine::display::human_bytes;
 use cwm_engine::freshness::short;
 use cwm_engine::maintenance::GcOptions;
+use cwm_engine::pipeline::LoadOptions;
 
-use super::{Context, load_plan, store_and_lock};
+use super::{Context, VarArgs, load_plan, store_and_lock};
 
 /// Remove artifacts nothing refers to, printing what it frees.
 #[derive(Args)]
@@ -27,17 +28,21 @@ pub struct GcArgs {
     /// Say what would be removed, remove nothing.
     #[arg(long)]
     dry_run: bool,
+    // The var values of the runs whose partial states to keep, as given to `cwm run`.
+    #[command(flatten)]
+    vars: VarArgs,
 }
 
 /// Runs `cwm gc`.
 pub fn run(args: GcArgs, ctx: &Context) -> Result<ExitCode> {
+    let load = args.vars.load_options(Vec::new())?;
     let (store, lock) = store_and_lock(args.pipeline.as_deref())?;
     let lock_keys = lock.stages.iter().map(|e| e.key.clone()).collect();
     let options = GcOptions {
         keep_lock: args.keep_lock,
         keep_last: args.keep_last,
         dry_run: args.dry_run,
-        stale_keys: stale_keys(&args, ctx),
+        stale_keys: stale_keys(&args, &load, ctx),
     };
     let report = cwm_engine::maintenance::gc(&store, &lock_keys, &options)?;
     let verb = if args.dry_run {
@@ -63,8 +68,8 @@ pub fn run(args: GcArgs, ctx: &Context) -> Result<ExitCode> {
 
 /// The keys of the pipeline's stale instances, whose partial state (a resumable training run)
 /// gc keeps; `None`, with a note, when the pipeline does not load.
-fn stale_keys(args: &GcArgs, ctx: &Context) -> Option<BTreeSet<String>> {
-    let loaded = load_plan(args.pipeline.as_deref(), &ctx.registry, &[]).and_then(|plan| {
+fn stale_keys(args: &GcArgs, load: &LoadOptions, ctx: &Context) -> Option<BTreeSet<String>> {
+    let loaded = load_plan(args.pipeline.as_deref(), &ctx.registry, load).and_then(|plan| {
         let (store, lock) = (super::open_store(&plan)?, super::read_lock(&plan)?);
         Ok(cwm_engine::status::status(
             &plan,

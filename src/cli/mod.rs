@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 use cwm_engine::lockfile::LockFile;
-use cwm_engine::pipeline::{self, Override};
+use cwm_engine::pipeline::{self, LoadOptions, Override, VarAssignment, VarOverrides, VarsFile};
 use cwm_engine::plan::Plan;
 use cwm_engine::registry::Registry;
 use cwm_engine::store::Store;
@@ -48,17 +49,51 @@ pub fn pipeline_path(given: Option<&Path>) -> PathBuf {
     given.map_or_else(|| PathBuf::from("pipeline.yaml"), Path::to_path_buf)
 }
 
-/// Loads and orders the pipeline; without a file argument and without a
-/// `pipeline.yaml` here, uses the built-in default.
-pub fn load_plan(given: Option<&Path>, registry: &Registry, set: &[Override]) -> Result<Plan> {
+/// `--vars FILE` and `--var NAME=VALUE`: values for the vars the pipeline file declares.
+#[derive(Args)]
+pub struct VarArgs {
+    /// Read var values from a YAML mapping of names to values (repeatable: later files win;
+    /// overrides the pipeline file's `vars:`).
+    #[arg(long = "vars", value_name = "FILE")]
+    vars_files: Vec<PathBuf>,
+    /// Set a var the pipeline file declares: NAME=VALUE, VALUE in YAML syntax (repeatable;
+    /// overrides `--vars`), e.g. --var steps=20 --var 'archs=[slice, gdn]'.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    var: Vec<VarAssignment>,
+}
+
+impl VarArgs {
+    /// The load options: these var values and the param overrides `set`. Reads the vars files.
+    pub fn load_options(&self, set: Vec<Override>) -> Result<LoadOptions> {
+        let files = self
+            .vars_files
+            .iter()
+            .map(|path| {
+                VarsFile::read(path)
+                    .with_context(|| format!("cannot use `--vars {}`", path.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LoadOptions {
+            set,
+            vars: VarOverrides {
+                files,
+                assignments: self.var.clone(),
+            },
+        })
+    }
+}
+
+/// Loads and orders the pipeline, with `options` applied; without a file argument and without
+/// a `pipeline.yaml` here, uses the built-in default.
+pub fn load_plan(given: Option<&Path>, registry: &Registry, options: &LoadOptions) -> Result<Plan> {
     let path = pipeline_path(given);
     let pipeline = if given.is_none() && !path.exists() {
         eprintln!(
             "no pipeline.yaml here: using the built-in default pipeline (`cwm init` writes it out)"
         );
-        pipeline::load_str(DEFAULT_PIPELINE, &path, registry, set)
+        pipeline::load_str(DEFAULT_PIPELINE, &path, registry, options)
     } else {
-        pipeline::load(&path, registry, set)
+        pipeline::load(&path, registry, options)
     };
     let pipeline = pipeline.map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))?;
     Plan::new(pipeline).map_err(|d| anyhow::anyhow!("invalid pipeline:\n{d}"))

@@ -9,7 +9,7 @@ use clap::Args;
 use cwm_engine::display::human_bytes;
 use cwm_engine::plan::Plan;
 
-use super::{Context, load_plan, open_store, read_lock};
+use super::{Context, VarArgs, load_plan, open_store, read_lock};
 
 /// Which pipeline, which remote, which stages.
 #[derive(Args)]
@@ -22,6 +22,8 @@ pub struct TransferArgs {
     /// Only these stages or instances (pull: and what they need).
     #[arg(long, num_args = 1.., value_name = "STAGE")]
     only: Vec<String>,
+    #[command(flatten)]
+    vars: VarArgs,
 }
 
 /// Which way a transfer goes.
@@ -36,7 +38,8 @@ pub enum Direction {
 /// Runs `cwm push` or `cwm pull`: the lock's entries for the selected instances (pull: and
 /// what they need) to or from the remote.
 pub fn run(args: TransferArgs, direction: Direction, ctx: &Context) -> Result<ExitCode> {
-    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &[])?;
+    let load = args.vars.load_options(Vec::new())?;
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
     let url = args
         .remote
         .or_else(|| plan.pipeline.remote.clone())

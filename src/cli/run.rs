@@ -10,7 +10,7 @@ use cwm_engine::display::Display;
 use cwm_engine::executor::{Executor, RunOptions};
 use cwm_engine::pipeline::Override;
 
-use super::{Context, load_plan, open_store};
+use super::{Context, VarArgs, load_plan, open_store};
 
 /// Run the pipeline: only stale stages run, results are cached by content hash.
 #[derive(Args)]
@@ -38,6 +38,8 @@ pub struct RunArgs {
     /// Override a param: stage.param=value (value in YAML syntax).
     #[arg(short = 's', long = "set", value_name = "STAGE.PARAM=VALUE")]
     set: Vec<Override>,
+    #[command(flatten)]
+    vars: VarArgs,
     /// Print a JSON summary {ran, cached, failed, skipped} on stdout.
     #[arg(long)]
     json: bool,
@@ -45,7 +47,8 @@ pub struct RunArgs {
 
 /// Runs `cwm run`; fails (exit 1) when a stage failed.
 pub fn run(args: RunArgs, ctx: &Context) -> Result<ExitCode> {
-    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &args.set)?;
+    let load = args.vars.load_options(args.set)?;
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
     let store = open_store(&plan)?;
     let options = RunOptions {
         only: args.only,

@@ -10,7 +10,7 @@ use cwm_engine::display::human_bytes;
 use cwm_engine::freshness::short;
 use cwm_engine::store::Store;
 
-use super::{Context, load_plan, open_store, read_lock};
+use super::{Context, VarArgs, load_plan, open_store, read_lock};
 
 /// How many files of an artifact `cwm show` lists.
 const FILES_SHOWN: usize = 20;
@@ -23,11 +23,14 @@ pub struct ShowArgs {
     /// The pipeline file.
     #[arg(short, long)]
     pipeline: Option<PathBuf>,
+    #[command(flatten)]
+    vars: VarArgs,
 }
 
 /// Runs `cwm show`.
 pub fn run(args: ShowArgs, ctx: &Context) -> Result<ExitCode> {
-    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &[])?;
+    let load = args.vars.load_options(Vec::new())?;
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
     let store = open_store(&plan)?;
     let indices = plan.resolve(std::slice::from_ref(&args.stage))?;
     let lock = read_lock(&plan)?;

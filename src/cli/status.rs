@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use cwm_engine::pipeline::Override;
 
-use super::{Context, load_plan, open_store, read_lock};
+use super::{Context, VarArgs, load_plan, open_store, read_lock};
 
 /// Show which stages are fresh or stale, and why.
 #[derive(Args)]
@@ -18,6 +18,8 @@ pub struct StatusArgs {
     /// Override a param: stage.param=value.
     #[arg(short = 's', long = "set", value_name = "STAGE.PARAM=VALUE")]
     set: Vec<Override>,
+    #[command(flatten)]
+    vars: VarArgs,
     /// Print a JSON array of {stage, state, reasons}.
     #[arg(long)]
     json: bool,
@@ -25,7 +27,8 @@ pub struct StatusArgs {
 
 /// Runs `cwm status`.
 pub fn run(args: StatusArgs, ctx: &Context) -> Result<ExitCode> {
-    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &args.set)?;
+    let load = args.vars.load_options(args.set)?;
+    let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
     let store = open_store(&plan)?;
     let lock = read_lock(&plan)?;
     let statuses = cwm_engine::status::status(&plan, &ctx.registry, &store, &lock);

@@ -9,6 +9,7 @@ mod evaluate;
 mod executor;
 mod model_commands;
 mod pipeline_errors;
+mod pipeline_vars;
 mod remote;
 mod store;
 

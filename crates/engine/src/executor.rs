@@ -861,7 +861,7 @@ fn save_failed_log(store: &Store, name: &str, log: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::load_str;
+    use crate::pipeline::{LoadOptions, load_str};
     use crate::test_kinds::registry;
 
     /// Runs `pipeline` (in a fresh directory named after `name`) with each of `runs`.
@@ -874,7 +874,13 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let registry = registry();
-        let pipeline = load_str(pipeline, &dir.join("p.yaml"), &registry, &[]).unwrap();
+        let pipeline = load_str(
+            pipeline,
+            &dir.join("p.yaml"),
+            &registry,
+            &LoadOptions::default(),
+        )
+        .unwrap();
         let plan = Plan::new(pipeline).unwrap();
         let store = Store::open(&dir.join("artifacts")).unwrap();
         let executor = Executor {

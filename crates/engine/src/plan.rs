@@ -140,12 +140,17 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::load_str;
+    use crate::pipeline::{LoadOptions, load_str};
     use crate::test_kinds::registry;
     use std::path::Path;
 
     fn plan(text: &str) -> Result<Plan, Diagnostics> {
-        let p = load_str(text, Path::new("p.yaml"), &registry(), &[])?;
+        let p = load_str(
+            text,
+            Path::new("p.yaml"),
+            &registry(),
+            &LoadOptions::default(),
+        )?;
         Plan::new(p)
     }
 

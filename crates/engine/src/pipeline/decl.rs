@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use super::selector::Reference;
 use super::yaml::{Loc, Located, Node};
-use super::{Loader, interpolate, valid_stage_name, whole_var};
+use super::{Loader, Source, SpliceError, interpolate, valid_stage_name, whole_var};
 
-/// The file's `vars:`, by name.
+/// The file's `vars:`, by name, with the values the load options give them.
 pub(super) type Vars = HashMap<String, Located<Node>>;
 
 /// A stage as written, before matrix expansion.
@@ -223,6 +223,8 @@ impl Loader {
 
     /// Replaces `${name}` in every string under `node`. A string that is
     /// exactly `${name}` takes the var's value and type; `$${` writes `${`.
+    /// The value keeps the place of the `${name}` when the pipeline file gives it, and its
+    /// own place when a `--vars` file or `--var` does, so problems in it are shown there.
     pub(super) fn substitute(
         &mut self,
         node: &Located<Node>,
@@ -234,7 +236,11 @@ impl Loader {
                     return match vars.get(name) {
                         Some(v) => Some(Located {
                             value: v.value.clone(),
-                            loc: node.loc,
+                            loc: if v.loc.source == node.loc.source {
+                                node.loc
+                            } else {
+                                v.loc
+                            },
                         }),
                         None => {
                             self.unknown_var(node.loc, name, vars);
@@ -244,8 +250,12 @@ impl Loader {
                 }
                 match interpolate(s, vars) {
                     Ok(text) => Node::Str(text),
-                    Err(e) => {
-                        self.unknown_var(node.loc, &e.shown(), vars);
+                    Err(SpliceError::Unknown(name)) => {
+                        self.unknown_var(node.loc, &name, vars);
+                        return None;
+                    }
+                    Err(SpliceError::NotText(name)) => {
+                        self.not_text(node.loc, &name, vars);
                         return None;
                     }
                 }
@@ -271,16 +281,44 @@ impl Loader {
     }
 
     fn unknown_var(&mut self, loc: Loc, name: &str, vars: &Vars) {
-        let mut known: Vec<&str> = vars.keys().map(String::as_str).collect();
-        known.sort_unstable();
-        let known = if known.is_empty() {
-            "no vars are declared".to_owned()
-        } else {
-            format!("declared vars: {}", known.join(", "))
-        };
+        let known = declared(vars);
         self.error(
             loc,
             format!("unknown var `${{{name}}}` ({known}; write `$${{` for a literal `${{`)"),
         );
+    }
+
+    /// Reports `${name}` inside a text where the var is not a string, number or boolean,
+    /// naming where an overriding value was given.
+    fn not_text(&mut self, loc: Loc, name: &str, vars: &Vars) {
+        let Some(value) = vars.get(name) else {
+            return self.unknown_var(loc, name, vars);
+        };
+        let origin = match self.sources.get(value.loc.source as usize) {
+            _ if value.loc.source == loc.source => String::new(),
+            Some(Source::Flag(flag)) => format!(" (its value is given by `--var {flag}`)"),
+            Some(Source::File(file)) => {
+                format!(" (its value is given at {}:{})", file.display(), value.loc)
+            }
+            None => String::new(),
+        };
+        self.error(
+            loc,
+            format!(
+                "var `${{{name}}}` is {} and cannot be spliced into text{origin}",
+                value.value.kind()
+            ),
+        );
+    }
+}
+
+/// `declared vars: a, b` (sorted), or `no vars are declared`.
+pub(super) fn declared(vars: &Vars) -> String {
+    let mut known: Vec<&str> = vars.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    if known.is_empty() {
+        "no vars are declared".to_owned()
+    } else {
+        format!("declared vars: {}", known.join(", "))
     }
 }

@@ -1,7 +1,8 @@
 //! The pipeline file, in two levels: located YAML, then validated instances.
 //!
 //! Flow: `yaml::parse` reads the text into located nodes (anchors, aliases
-//! and merge keys resolved); [`load`] substitutes `${vars}`, expands every
+//! and merge keys resolved); [`load`] applies the [`LoadOptions`]' var
+//! overrides to the file's `vars:`, substitutes `${vars}`, expands every
 //! `matrix:` into instances, checks every stage kind, param, input and output
 //! name against the [`Registry`], and returns a
 //! [`Pipeline`] or *all* the problems found, each with file:line:column.
@@ -10,6 +11,7 @@
 mod decl;
 mod expand;
 mod selector;
+mod vars;
 pub(crate) mod yaml;
 
 use std::collections::BTreeMap;
@@ -22,12 +24,13 @@ use crate::registry::Registry;
 use decl::{StageDecl, Vars};
 pub(crate) use selector::Selector;
 pub use selector::{Override, OverrideError};
+pub use vars::{VarAssignment, VarAssignmentError, VarOverrides, VarsFile, VarsFileError};
 use yaml::{Loc, Located, Node};
 
-/// One problem in a pipeline file, with where it is.
+/// One problem in a pipeline file (or in a vars file overriding its vars), with where it is.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Diagnostic {
-    /// The pipeline file.
+    /// The pipeline file, or the `--vars` file the problem is in.
     pub file: PathBuf,
     /// Line and column (0:0 when unknown, e.g. for command-line overrides).
     pub loc: Loc,
@@ -130,11 +133,21 @@ pub fn split_reference(text: &str) -> (String, Option<String>) {
     (reference.target.to_string(), reference.member)
 }
 
+/// What the command line changes in a pipeline as it is loaded.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Param overrides, `-s STAGE.PARAM=VALUE`, applied after matrix expansion.
+    pub set: Vec<Override>,
+    /// Values for the file's `vars:` (`--vars FILE`, `--var NAME=VALUE`), applied before
+    /// substitution: the same pipeline as with the values written into the file.
+    pub vars: VarOverrides,
+}
+
 /// Reads, validates and expands the pipeline file at `path`.
 pub fn load(
     path: &Path,
     registry: &Registry,
-    overrides: &[Override],
+    options: &LoadOptions,
 ) -> Result<Pipeline, Diagnostics> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics(vec![Diagnostic {
@@ -143,7 +156,7 @@ pub fn load(
             message: format!("cannot read the pipeline file: {e}"),
         }])
     })?;
-    load_str(&text, path, registry, overrides)
+    load_str(&text, path, registry, options)
 }
 
 /// Like [`load`], from text already read (`path` is used for messages and as
@@ -152,12 +165,13 @@ pub fn load_str(
     text: &str,
     path: &Path,
     registry: &Registry,
-    overrides: &[Override],
+    options: &LoadOptions,
 ) -> Result<Pipeline, Diagnostics> {
     let mut loader = Loader {
         file: path.to_path_buf(),
         base_dir: base_dir_of(path),
         diagnostics: Vec::new(),
+        sources: vec![Source::File(path.to_path_buf())],
     };
     let root = match yaml::parse(text) {
         Ok(root) => root,
@@ -169,14 +183,15 @@ pub fn load_str(
             }]));
         }
     };
-    let pipeline = loader.pipeline(&root, registry, overrides);
+    let pipeline = loader.pipeline(&root, registry, options);
     if loader.diagnostics.is_empty()
         && let Some(pipeline) = pipeline
     {
         Ok(pipeline)
     } else {
+        // The pipeline file's problems first, then each override's, each in text order.
         let mut diagnostics = loader.diagnostics;
-        diagnostics.sort_by_key(|d| (d.loc.line, d.loc.column));
+        diagnostics.sort_by_key(|d| (d.loc.source, d.loc.line, d.loc.column));
         Err(Diagnostics(diagnostics))
     }
 }
@@ -195,6 +210,17 @@ struct Loader {
     file: PathBuf,
     base_dir: PathBuf,
     diagnostics: Vec<Diagnostic>,
+    /// The texts that places ([`Loc::source`]) are in: the pipeline file first, then the
+    /// `--vars` files and `--var` values, numbered as their values are applied.
+    sources: Vec<Source>,
+}
+
+/// A text the loader reads values from.
+enum Source {
+    /// A file: the pipeline file or a `--vars` file.
+    File(PathBuf),
+    /// The value of `--var NAME=VALUE`, by var name.
+    Flag(String),
 }
 
 /// The top level of the file, read but not yet expanded.
@@ -205,19 +231,38 @@ struct TopLevel<'a> {
 }
 
 impl Loader {
+    /// Reports a problem at `loc`: in the file its source names, or, for a `--var` value
+    /// (one line on the command line), naming the flag instead of a line of any file.
     fn error(&mut self, loc: Loc, message: impl Into<String>) {
-        self.diagnostics.push(Diagnostic {
-            file: self.file.clone(),
-            loc,
-            message: message.into(),
-        });
+        let message = message.into();
+        let diagnostic = match self.sources.get(loc.source as usize) {
+            Some(Source::Flag(name)) => Diagnostic {
+                file: self.file.clone(),
+                loc: Loc {
+                    source: loc.source,
+                    ..Loc::default()
+                },
+                message: format!("`--var {name}`: {message}"),
+            },
+            Some(Source::File(file)) => Diagnostic {
+                file: file.clone(),
+                loc,
+                message,
+            },
+            None => Diagnostic {
+                file: self.file.clone(),
+                loc,
+                message,
+            },
+        };
+        self.diagnostics.push(diagnostic);
     }
 
     fn pipeline(
         &mut self,
         root: &Located<Node>,
         registry: &Registry,
-        overrides: &[Override],
+        options: &LoadOptions,
     ) -> Option<Pipeline> {
         let Node::Map(top) = &root.value else {
             self.error(
@@ -229,7 +274,8 @@ impl Loader {
             );
             return None;
         };
-        let top = self.top_level(top);
+        let mut top = self.top_level(top);
+        self.override_vars(&mut top.vars, &options.vars);
         let Some(stages_node) = top.stages else {
             self.error(root.loc, "missing `stages:` mapping");
             return None;
@@ -248,7 +294,7 @@ impl Loader {
             .iter()
             .filter_map(|(name, body)| self.stage_decl(name, body, &top.vars))
             .collect();
-        let instances = self.expand(&decls, registry, overrides);
+        let instances = self.expand(&decls, registry, &options.set);
         Some(Pipeline {
             path: self.file.clone(),
             base_dir: self.base_dir.clone(),
@@ -358,20 +404,8 @@ fn whole_var(s: &str) -> Option<&str> {
 enum SpliceError {
     /// No var has this name.
     Unknown(String),
-    /// The var is a list or mapping.
+    /// The var is a list, a mapping or null.
     NotText(String),
-}
-
-impl SpliceError {
-    /// The name as the unknown-var message shows it.
-    fn shown(&self) -> String {
-        match self {
-            SpliceError::Unknown(name) => name.clone(),
-            SpliceError::NotText(name) => {
-                format!("{name} (a list or mapping cannot be spliced into text)")
-            }
-        }
-    }
 }
 
 /// Replaces each `${name}` with the var's plain text; `$${` becomes `${`.

@@ -2,7 +2,20 @@ use super::*;
 use crate::test_kinds::registry;
 
 fn load_text(text: &str) -> Result<Pipeline, Diagnostics> {
-    load_str(text, Path::new("p.yaml"), &registry(), &[])
+    load_str(
+        text,
+        Path::new("p.yaml"),
+        &registry(),
+        &LoadOptions::default(),
+    )
+}
+
+/// Load options with the one param override `ov`.
+fn set(ov: Override) -> LoadOptions {
+    LoadOptions {
+        set: vec![ov],
+        ..LoadOptions::default()
+    }
 }
 
 fn errors(text: &str) -> Vec<String> {
@@ -165,7 +178,7 @@ fn overrides_apply_with_types_and_unknown_targets_fail() {
         "stages:\n  t:\n    uses: typed\n    params: {n: 1}\n",
         Path::new("p.yaml"),
         &registry(),
-        &[ov],
+        &set(ov),
     )
     .unwrap();
     assert_eq!(p.instances[0].params.get("n"), Some(&ParamValue::Int(5)));
@@ -177,7 +190,7 @@ fn overrides_apply_with_types_and_unknown_targets_fail() {
         "stages:\n  t:\n    uses: typed\n    params: {n: 1}\n",
         Path::new("p.yaml"),
         &registry(),
-        &[bad],
+        &set(bad),
     )
     .unwrap_err();
     assert!(
@@ -189,7 +202,7 @@ fn overrides_apply_with_types_and_unknown_targets_fail() {
         "stages:\n  t:\n    uses: typed\n    params: {n: 1}\n",
         Path::new("p.yaml"),
         &registry(),
-        &[mistyped],
+        &set(mistyped),
     )
     .unwrap_err();
     assert!(

@@ -9,13 +9,28 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
-/// A 1-based line and column in the pipeline file.
+/// A 1-based line and column, in the pipeline file or in one of the texts that override its
+/// vars (`source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Loc {
     /// Line, from 1 (0 when unknown).
     pub line: u64,
     /// Column, from 1 (0 when unknown).
     pub column: u64,
+    /// The text the place is in: 0 for the pipeline file (and for every text [`parse`] reads),
+    /// else the number the loader gave a `--vars` file or a `--var` value.
+    pub source: u32,
+}
+
+impl Loc {
+    /// Line and column in the pipeline file.
+    pub fn at(line: u64, column: u64) -> Loc {
+        Loc {
+            line,
+            column,
+            source: 0,
+        }
+    }
 }
 
 impl fmt::Display for Loc {
@@ -70,10 +85,37 @@ impl Node {
 fn located<T>(spanned: Spanned<T>) -> Located<T> {
     Located {
         value: spanned.value,
-        loc: Loc {
-            line: spanned.referenced.line(),
-            column: spanned.referenced.column(),
-        },
+        loc: Loc::at(spanned.referenced.line(), spanned.referenced.column()),
+    }
+}
+
+impl Located<Node> {
+    /// This node with every place in it, its keys' and items' included, moved to `source`.
+    pub fn in_source(self, source: u32) -> Located<Node> {
+        let value = match self.value {
+            Node::Seq(items) => Node::Seq(items.into_iter().map(|i| i.in_source(source)).collect()),
+            Node::Map(entries) => Node::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.in_source(source), v.in_source(source)))
+                    .collect(),
+            ),
+            scalar => scalar,
+        };
+        Located {
+            value,
+            loc: Loc { source, ..self.loc },
+        }
+    }
+}
+
+impl Located<String> {
+    /// This key with its place moved to `source`.
+    pub fn in_source(self, source: u32) -> Located<String> {
+        Located {
+            value: self.value,
+            loc: Loc { source, ..self.loc },
+        }
     }
 }
 
@@ -99,10 +141,7 @@ pub fn parse(text: &str) -> Result<Located<Node>, YamlError> {
         Err(err) => {
             let loc = err
                 .location()
-                .map(|l| Loc {
-                    line: l.line(),
-                    column: l.column(),
-                })
+                .map(|l| Loc::at(l.line(), l.column()))
                 .unwrap_or_default();
             let message = first_line(&err.to_string());
             Err(YamlError { loc, message })
@@ -269,10 +308,10 @@ mod tests {
         assert_eq!(entries[4].1.value, Node::Null);
         assert_eq!(entries[6].0.value, "n");
         assert_eq!(entries[6].1.value, Node::Str("no".into()));
-        assert_eq!(entries[1].0.loc, Loc { line: 2, column: 1 });
-        assert_eq!(entries[3].1.loc, Loc { line: 4, column: 4 });
+        assert_eq!(entries[1].0.loc, Loc::at(2, 1));
+        assert_eq!(entries[3].1.loc, Loc::at(4, 4));
         match &entries[5].1.value {
-            Node::Seq(items) => assert_eq!(items[1].loc, Loc { line: 6, column: 8 }),
+            Node::Seq(items) => assert_eq!(items[1].loc, Loc::at(6, 8)),
             other => panic!("{other:?}"),
         }
     }
