@@ -33,10 +33,10 @@ fn kind() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScheduleKind {
-    /// `none`: constant learning rate, no warm-up (also read from `constant`, the name other
-    /// producers give a constant schedule).
-    #[serde(alias = "constant")]
+    /// `none`: constant learning rate, no warm-up.
     None,
+    /// `constant`: linear warm-up, then the base learning rate (the paper's first stage).
+    Constant,
     /// `cosine`: linear warm-up, then cosine decay to the floor.
     Cosine,
     /// `linear`: linear warm-up, then linear decay to the floor.
@@ -45,8 +45,9 @@ pub enum ScheduleKind {
 
 impl ScheduleKind {
     /// Every kind.
-    pub const ALL: [ScheduleKind; 3] = [
+    pub const ALL: [ScheduleKind; 4] = [
         ScheduleKind::None,
+        ScheduleKind::Constant,
         ScheduleKind::Cosine,
         ScheduleKind::Linear,
     ];
@@ -55,6 +56,7 @@ impl ScheduleKind {
     pub fn name(self) -> &'static str {
         match self {
             ScheduleKind::None => "none",
+            ScheduleKind::Constant => "constant",
             ScheduleKind::Cosine => "cosine",
             ScheduleKind::Linear => "linear",
         }
@@ -527,7 +529,7 @@ mod tests {
         std::fs::write(&path, diverged).unwrap();
         let read: TrainSummary = crate::read_json(&path).unwrap();
         assert!(read.best_val.unwrap().loss.is_nan());
-        assert_eq!(read.hparams.schedule.kind, ScheduleKind::None);
+        assert_eq!(read.hparams.schedule.kind, ScheduleKind::Constant);
 
         let bad = today.replace("\"lr\": 0.003", "\"lr\": \"fast\"");
         std::fs::write(&path, bad).unwrap();

@@ -7,6 +7,8 @@
 //! * `none`: λ = 1 always — **no warm-up at all**, exactly as the reference (which builds no
 //!   scheduler in that case, whatever `W` says).
 //! * otherwise, while `s < W`: λ = max((s + 1)/W, 1e−8);
+//! * `constant`, `s ≥ W`: λ = 1 (the paper's first stage, "linear warm-up then constant"; the
+//!   reference writes it as `cosine` with r = 1, which gives the same λ at every step);
 //! * `cosine`, `s ≥ W`: p = (min(s, S) − W)/(S − W), λ = r + (1 − r)·½(1 + cos πp) (stays at `r`
 //!   after `S`);
 //! * `linear`, `s ≥ W`: λ = r + (1 − r)(1 − p).
@@ -32,7 +34,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// A schedule, checked against the reference's requirements (for `cosine` and `linear`:
-    /// S > 0, 0 ≤ W < S, 0 < r ≤ 1).
+    /// S > 0, 0 ≤ W < S, 0 < r ≤ 1; `none` and `constant` have no decay to check).
     ///
     /// # Errors
     /// [`TrainError::Config`] naming the violated requirement.
@@ -42,7 +44,7 @@ impl Schedule {
         decay_steps: u64,
         min_ratio: f64,
     ) -> Result<Schedule, TrainError> {
-        if kind != ScheduleKind::None {
+        if matches!(kind, ScheduleKind::Cosine | ScheduleKind::Linear) {
             if decay_steps == 0 {
                 return Err(TrainError::Config(
                     "lr_decay_steps must be positive for a cosine or linear schedule".into(),
@@ -76,11 +78,14 @@ impl Schedule {
         if s < w {
             return ((s as f64 + 1.0) / w as f64).max(1e-8);
         }
+        if self.kind == ScheduleKind::Constant {
+            return 1.0;
+        }
         let p = (s.min(big_s) - w) as f64 / (big_s - w) as f64;
         match self.kind {
             ScheduleKind::Cosine => r + (1.0 - r) * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()),
             ScheduleKind::Linear => r + (1.0 - r) * (1.0 - p),
-            ScheduleKind::None => 1.0,
+            ScheduleKind::None | ScheduleKind::Constant => 1.0,
         }
     }
 }
@@ -99,6 +104,23 @@ mod tests {
         for step in [0, 1, 50, 99, 100, 10_000] {
             assert_eq!(s.multiplier(step), 1.0);
         }
+    }
+
+    #[test]
+    fn constant_warms_up_then_equals_cosine_with_floor_one() {
+        let constant = Schedule::new(ScheduleKind::Constant, 4, 0, 0.1).unwrap();
+        let cosine_r1 = Schedule::new(ScheduleKind::Cosine, 4, 1_000, 1.0).unwrap();
+        for step in [0, 1, 3, 4, 5, 500, 999, 1_000, 50_000] {
+            assert_eq!(
+                constant.multiplier(step),
+                cosine_r1.multiplier(step),
+                "step {step}"
+            );
+        }
+        close(constant.multiplier(0), 0.25);
+        close(constant.multiplier(4), 1.0);
+        // No decay, so neither S nor r is required.
+        assert!(Schedule::new(ScheduleKind::Constant, 0, 0, 0.0).is_ok());
     }
 
     #[test]
