@@ -62,6 +62,23 @@ pub struct Choice {
     pub labelwise: Option<f64>,
     /// Trajectory exactness of the same validation.
     pub trajectory: Option<f64>,
+    /// Its place in the group's ranking: 1 for the best, k when the pipeline asked for the
+    /// group's k-th best (the select stage's `ranks`; 1 when absent).
+    #[serde(default = "first", skip_serializing_if = "is_first")]
+    pub rank: u32,
+    /// The runs ranked above it when `rank` > 1, best first (empty when absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed_over: Vec<String>,
+}
+
+fn first() -> u32 {
+    1
+}
+
+// serde's skip_serializing_if passes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_first(rank: &u32) -> bool {
+    *rank == 1
 }
 
 /// `selected.json`.
@@ -121,6 +138,8 @@ mod tests {
                 exact_state: Some(0.5),
                 labelwise: Some(0.9),
                 trajectory: None,
+                rank: 2,
+                passed_over: vec!["train[arch=gdn,lr=0.001]".into()],
             }],
             candidates: 3,
             skipped: vec!["train[arch=gdn,lr=1]".into()],
@@ -163,7 +182,11 @@ mod tests {
 "#,
         )
         .unwrap();
-        assert_eq!(crate::read_json::<Selection>(&path).unwrap(), selection());
+        // Written before `rank` existed: the first choice of its group.
+        let mut expected = selection();
+        expected.choices[0].rank = 1;
+        expected.choices[0].passed_over.clear();
+        assert_eq!(crate::read_json::<Selection>(&path).unwrap(), expected);
         std::fs::write(&path, r#"{"metric": "val_loss", "choices": []}"#).unwrap();
         let minimal: Selection = crate::read_json(&path).unwrap();
         assert_eq!((minimal.kind.as_str(), minimal.candidates), (KIND, 0));

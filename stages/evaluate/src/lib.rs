@@ -44,7 +44,9 @@ pub use evaluate::{
     EvaluateOptions, EvaluateStage, EvaluateSummary, GameSource, checkpoint_dir, evaluate,
     evaluate_batch,
 };
-pub use select::{Metric, RunInput, SelectStage, Selection, select_runs, write_selection};
+pub use select::{
+    Metric, RankPick, RunInput, SelectRule, SelectStage, Selection, select_runs, write_selection,
+};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 

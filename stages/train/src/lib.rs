@@ -70,7 +70,7 @@ const ARCHS: &[&str] = &[
 ];
 const SIZES: &[&str] = &["d128", "d256", "d384", "d512"];
 const ROPES: &[&str] = &["reference", "standard"];
-const SCHEDULES: &[&str] = &["none", "cosine", "linear"];
+const SCHEDULES: &[&str] = &["none", "constant", "cosine", "linear"];
 
 /// The params of the `train` kind.
 pub const PARAMS: &[ParamSpec] = &[
@@ -151,7 +151,7 @@ pub const PARAMS: &[ParamSpec] = &[
         "schedule",
         ParamType::Choice(SCHEDULES),
         ParamDefault::Str("none"),
-        "lr schedule (none = constant, no warm-up)",
+        "lr schedule: none (constant, no warm-up), constant (warm-up, then constant), cosine, linear",
     ),
     ParamSpec::with_default(
         "lr_decay_steps",
@@ -275,7 +275,7 @@ pub fn config_from_params(params: &Params) -> Result<TrainConfig, TrainError> {
             epochs: uint(params, "epochs")?,
             kind: ScheduleKind::from_name(schedule).ok_or_else(|| {
                 TrainError::Config(format!(
-                    "schedule: {schedule:?} is not none, cosine or linear"
+                    "schedule: {schedule:?} is not none, constant, cosine or linear"
                 ))
             })?,
             warmup_steps: uint(params, "warmup_steps")?,
@@ -574,6 +574,8 @@ mod tests {
             exact_state: None,
             labelwise: None,
             trajectory: None,
+            rank: 1,
+            passed_over: Vec::new(),
         };
         let selection = Selection {
             version: 1,

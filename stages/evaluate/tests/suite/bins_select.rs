@@ -13,7 +13,9 @@ use cwm_formats::train::{
     Hparams, ModelSection, ScheduleKind, TrainConfig, TrainSummary, ValMetrics,
 };
 use cwm_stage_evaluate::tables::timesteps_schema;
-use cwm_stage_evaluate::{Metric, PrefixBin, RunInput, bin_prefix, prefix_bins, select_runs};
+use cwm_stage_evaluate::{
+    Metric, PrefixBin, RankPick, RunInput, SelectRule, bin_prefix, prefix_bins, select_runs,
+};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;
@@ -279,7 +281,7 @@ fn select_picks_the_lowest_validation_loss_per_arch_and_size() {
     ];
     let group_by = vec!["arch".to_owned(), "size".to_owned()];
 
-    let best = select_runs(&runs, Metric::ValLoss, &group_by).unwrap();
+    let best = select_runs(&runs, &SelectRule::best(Metric::ValLoss, &group_by)).unwrap();
     assert_eq!(best.kind, "select");
     assert_eq!(best.metric, "val_loss");
     assert_eq!(best.candidates, 3);
@@ -310,12 +312,16 @@ fn select_picks_the_lowest_validation_loss_per_arch_and_size() {
     assert!((first.exact_state.unwrap() - 0.41).abs() < 1e-12);
 
     // By the final validation only, the other slice d128 run wins.
-    let last = select_runs(&runs, Metric::FinalValLoss, &group_by).unwrap();
+    let last = select_runs(&runs, &SelectRule::best(Metric::FinalValLoss, &group_by)).unwrap();
     assert_eq!(last.choices[0].hparams.lr, 1e-3);
     assert_eq!(last.choices[0].val_loss, 1.3);
 
     // Grouped by arch only, one choice per family: the best slice run over both sizes.
-    let by_arch = select_runs(&runs, Metric::ValLoss, &["arch".to_owned()]).unwrap();
+    let by_arch = select_runs(
+        &runs,
+        &SelectRule::best(Metric::ValLoss, &["arch".to_owned()]),
+    )
+    .unwrap();
     assert_eq!(by_arch.choices.len(), 1);
     assert_eq!(by_arch.choices[0].val_loss, 0.9);
 
@@ -324,16 +330,65 @@ fn select_picks_the_lowest_validation_loss_per_arch_and_size() {
         train_run(root, "z", summary("gdn", "d128", 3e-3, val(1.0), val(1.0))),
         train_run(root, "a", summary("gdn", "d128", 1e-4, val(1.0), val(1.0))),
     ];
-    let choice = &select_runs(&tied, Metric::ValLoss, &group_by)
+    let choice = &select_runs(&tied, &SelectRule::best(Metric::ValLoss, &group_by))
         .unwrap()
         .choices[0];
     assert_eq!(choice.instance, "a");
 
     // No candidate at all, or a summary that is not a train summary: errors naming the cause.
-    assert!(select_runs(&runs[3..], Metric::ValLoss, &group_by).is_err());
+    assert!(select_runs(&runs[3..], &SelectRule::best(Metric::ValLoss, &group_by)).is_err());
     let other = train_run(root, "eval", json!({"kind": "evaluate"}));
-    let err = select_runs(&[other], Metric::ValLoss, &group_by).unwrap_err();
+    let err = select_runs(&[other], &SelectRule::best(Metric::ValLoss, &group_by)).unwrap_err();
     assert!(err.to_string().contains("summary.json"), "{err}");
+}
+
+/// The paper's exception: a named group keeps its k-th best run, recording the ones ranked
+/// above it; other groups keep their best.
+#[test]
+fn ranks_keep_the_kth_best_of_named_groups_only() {
+    let scratch = Scratch::new("select-ranks");
+    let root = &scratch.0;
+    let run = |name: &str, arch: &str, size: &str, loss: f64| {
+        train_run(root, name, summary(arch, size, 1e-3, val(loss), val(loss)))
+    };
+    let runs = vec![
+        run("s512-a", "slice", "d512", 0.7),
+        run("s512-b", "slice", "d512", 0.5),
+        run("s512-c", "slice", "d512", 0.6),
+        run("t512-a", "transformer", "d512", 0.4),
+        run("t512-b", "transformer", "d512", 0.3),
+    ];
+    let mut rule = SelectRule::best(Metric::ValLoss, &["arch".to_owned(), "size".to_owned()]);
+    rule.ranks = vec!["slice/d512=2".parse().unwrap()];
+    let selection = select_runs(&runs, &rule).unwrap();
+    let picked: Vec<(&str, u32, &[String])> = selection
+        .choices
+        .iter()
+        .map(|c| (c.instance.as_str(), c.rank, c.passed_over.as_slice()))
+        .collect();
+    assert_eq!(
+        picked,
+        vec![
+            ("s512-c", 2, &["s512-b".to_owned()][..]),
+            ("t512-b", 1, &[][..]),
+        ]
+    );
+
+    rule.ranks = vec!["slice/d512=4".parse().unwrap()];
+    let err = select_runs(&runs, &rule).unwrap_err().to_string();
+    assert!(
+        err.contains("run 4 of group slice/d512") && err.contains("3 candidate"),
+        "{err}"
+    );
+    rule.ranks = vec!["slice/d256=2".parse().unwrap()];
+    let err = select_runs(&runs, &rule).unwrap_err().to_string();
+    assert!(
+        err.contains("slice/d256") && err.contains("slice/d512, transformer/d512"),
+        "{err}"
+    );
+    for bad in ["slice/d512", "slice/d512=0", "=2", "slice/d512=two"] {
+        assert!(bad.parse::<RankPick>().is_err(), "{bad}");
+    }
 }
 
 #[test]
