@@ -164,6 +164,7 @@ pub fn process_pgn(options: &ProcessOptions) -> Result<ParseReport, DataError> {
     std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
     let parse_options = ParseOptions {
         min_fullmoves: options.min_fullmoves,
+        skip_games: 0,
         max_games: options.max_games,
         threads: options.threads,
         id_key: options.id_key.clone(),

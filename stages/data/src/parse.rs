@@ -2,8 +2,10 @@
 //! report.
 //!
 //! * **Input** `pgn`: a `download` artifact holding exactly one `*.pgn` or `*.pgn.zst` file.
-//! * **Params**: `min_fullmoves` (10: games need `2 * min_fullmoves` plies), `max_games` (kept
-//!   games to write; 0 = all), `id_key` (HMAC key of the game ids, see below).
+//! * **Params**: `min_fullmoves` (10: games need `2 * min_fullmoves` plies), `skip_games` (the
+//!   first kept games to pass over, e.g. to test on games that follow a training sample of the
+//!   same file; 0), `max_games` (kept games to write after those; 0 = all), `id_key` (HMAC key
+//!   of the game ids, see below).
 //! * **Outputs**: `games` ([`GAMES_FILE`], schema in [`crate::games`]) and `rejects`
 //!   (`rejects.json`: games read, kept, rejected, counts per reason code and the first
 //!   [`REJECT_EXAMPLES`] rejections with game index, byte offset, Site and reason).
@@ -96,6 +98,8 @@ impl IdKeySource {
 pub struct ParseOptions {
     /// Games need `2 * min_fullmoves` plies.
     pub min_fullmoves: usize,
+    /// Pass over the first this many games that would be kept (they are not written).
+    pub skip_games: u64,
     /// Stop after this many kept games (0 = all).
     pub max_games: u64,
     /// Worker threads for the legality replay.
@@ -112,6 +116,7 @@ impl Default for ParseOptions {
     fn default() -> ParseOptions {
         ParseOptions {
             min_fullmoves: 10,
+            skip_games: 0,
             max_games: 0,
             threads: 1,
             id_key: IdKeySource::None,
@@ -142,6 +147,8 @@ pub struct ParseReport {
     pub games_read: u64,
     /// Games kept.
     pub kept: u64,
+    /// Games that passed the filters but were passed over (`skip_games`), not in `kept`.
+    pub skipped: u64,
     /// Games rejected.
     pub rejected: u64,
     /// Rejections per reason code.
@@ -187,6 +194,7 @@ impl ParseReport {
         let value = serde_json::json!({
             "games_read": self.games_read,
             "kept": self.kept,
+            "skipped_games": self.skipped,
             "rejected": self.rejected,
             "by_reason": self.by_reason,
             "examples": examples,
@@ -340,18 +348,20 @@ fn replay_chunk(
 }
 
 impl ParseReport {
-    /// Counts a replayed chunk and hands its kept games to `sink`, in order. Returns whether
-    /// `max_games` (when non-zero) games are now kept; the rest of the chunk is then dropped
-    /// uncounted.
+    /// Counts a replayed chunk and hands its kept games to `sink`, in order, after passing
+    /// over the first `options.skip_games`. Returns whether `options.max_games` (when
+    /// non-zero) games are now kept; the rest of the chunk is then dropped uncounted.
     fn hand_over(
         &mut self,
         replayed: Vec<Result<(String, KeptGame), Rejection>>,
-        max_games: u64,
+        options: &ParseOptions,
         sink: &mut dyn FnMut(String, KeptGame) -> Result<(), DataError>,
     ) -> Result<bool, DataError> {
+        let max_games = options.max_games;
         for outcome in replayed {
             self.games_read += 1;
             match outcome {
+                Ok(_) if self.skipped < options.skip_games => self.skipped += 1,
                 Ok((id, game)) => {
                     sink(id, game)?;
                     self.kept += 1;
@@ -426,7 +436,7 @@ pub fn parse_pgn_file(
             let replayed = current.join().map_err(|_| {
                 DataError::Invalid(format!("{}: a replay thread panicked", path.display()))
             })?;
-            if report.hand_over(replayed, options.max_games, sink)? {
+            if report.hand_over(replayed, options, sink)? {
                 return Ok(());
             }
             let bytes = count.load(Ordering::Relaxed);
@@ -481,6 +491,12 @@ const PARAMS: &[ParamSpec] = &[
         ParamType::Int,
         ParamDefault::Int(10),
         "keep games of at least 2 * min_fullmoves plies",
+    ),
+    ParamSpec::with_default(
+        "skip_games",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "pass over the first this many games that would be kept",
     ),
     ParamSpec::with_default(
         "max_games",
@@ -542,6 +558,7 @@ impl StageKind for ParseStage {
         };
         let options = ParseOptions {
             min_fullmoves,
+            skip_games: params.uint("skip_games")?,
             max_games: params.uint("max_games")?,
             threads: ctx.threads(),
             id_key: IdKeySource::resolve(explicit),
@@ -643,6 +660,16 @@ mod tests {
         assert_eq!(capped.1.len(), 7);
         assert!(capped.0.stopped_at_max_games);
         assert_eq!(capped.1[..], one.1[..7]);
+        let later = collect(
+            &plain,
+            &ParseOptions {
+                skip_games: 5,
+                max_games: 7,
+                ..ParseOptions::default()
+            },
+        );
+        assert_eq!(later.1[..], one.1[5..12]);
+        assert_eq!((later.0.skipped, later.0.kept), (5, 7));
         let keyed = collect(
             &plain,
             &ParseOptions {
