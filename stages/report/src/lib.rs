@@ -78,6 +78,9 @@ pub struct ReportSummary {
     pub figures: Vec<FigureFile>,
     /// The inputs read.
     pub inputs: Inputs,
+    /// What the selections changed: runs kept at a rank other than the best, evaluations
+    /// left out of the test tables.
+    pub notes: Vec<String>,
 }
 
 /// Writes `bytes` to `path` with [`cwm_formats::fs::write_atomic`], so a reader never sees a
@@ -133,6 +136,27 @@ fn figure_points(inputs: &Inputs) -> Vec<(String, Vec<Point>)> {
     sets
 }
 
+/// A note for each choice a selection made at a rank other than the best (the pipeline's
+/// `ranks`, e.g. the paper's SLiCE d512 exception).
+fn rank_notes(inputs: &Inputs) -> Vec<String> {
+    inputs
+        .select
+        .iter()
+        .filter(|c| c.choice.rank > 1)
+        .map(|c| {
+            format!(
+                "{} {}: `{}` chose run {} by validation loss, {}, passing over {}",
+                c.family,
+                c.size,
+                c.origin.instance,
+                c.choice.rank,
+                c.choice.instance,
+                c.choice.passed_over.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// Builds the report from `artifacts` into the empty directory `out`.
 ///
 /// # Errors
@@ -154,7 +178,9 @@ pub fn build_report(
     };
     progress.set_total(4);
     progress.set_message("reading inputs");
-    let inputs = read_inputs(artifacts)?;
+    let mut inputs = read_inputs(artifacts)?;
+    let mut notes = rank_notes(&inputs);
+    notes.extend(inputs.keep_chosen_floors());
     progress.inc(1);
     check()?;
 
@@ -213,6 +239,7 @@ pub fn build_report(
         tables,
         figures: figure_files,
         inputs,
+        notes,
     };
     write_atomic(
         &out.join("index.md"),
@@ -251,6 +278,12 @@ pub fn index_markdown(options: &ReportOptions, summary: &ReportSummary) -> Strin
             f.title,
             id = f.id
         );
+    }
+    if !summary.notes.is_empty() {
+        out.push_str("\n## Selection notes\n\n");
+        for note in &summary.notes {
+            let _ = writeln!(out, "- {note}");
+        }
     }
     out.push_str("\n## Inputs\n\n");
     if summary.inputs.listed.is_empty() {

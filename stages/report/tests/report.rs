@@ -699,6 +699,49 @@ fn two_evaluations_of_one_cell_conflict() {
     );
 }
 
+/// The paper's best-floor rule: a selection over second-stage runs keeps only the chosen
+/// run's evaluation in the test tables, and says which one it left out.
+#[test]
+fn a_floor_selection_keeps_only_the_chosen_runs_evaluation() {
+    let mut f = Fixtures::new("floors");
+    second_stage_runs(&mut f);
+    // The slice d128 runs with floors 0.1 and 0.01 are artifacts 2 and 3.
+    let (floor_01, floor_001) = (f.artifacts[2].hash.clone(), f.artifacts[3].hash.clone());
+    for (name, model, loss) in [("eval_a", &floor_01, 0.25), ("eval_b", &floor_001, 0.2125)] {
+        let summary = json!({"kind": "evaluate", "split": "test_real", "arch": "slice",
+            "size": "d128", "params": S128, "model_hash": model, "data_hash": "d",
+            "games": 100, "steps": 8000, "loss": loss, "labelwise": 0.9, "exact_state": 0.5,
+            "trajectory": 0.0});
+        f.add(name, "evaluate", &[], &[("summary.json", pretty(&summary))]);
+    }
+    let selected = json!({"kind": "select", "metric": "final_val_loss", "choices": [
+        {"arch": "slice", "size": "d128", "instance": f.artifacts[3].producer,
+         "train_hash": floor_001, "hparams": {"lr": 0.001, "beta2": 0.999,
+         "weight_decay": 0.01, "warmup_steps": 20000}, "val_loss": 0.2, "exact_state": 0.52,
+         "labelwise": 0.951, "trajectory": 0.025}]});
+    f.add(
+        "select_floor",
+        "select",
+        &[],
+        &[("selected.json", pretty(&selected))],
+    );
+    let out = TempDir::new("floors-out");
+    let summary = f.build(&out.0, &quick()).unwrap();
+    assert_eq!(summary.inputs.evaluate.len(), 1);
+    assert_eq!(summary.inputs.evaluate[0].origin.instance, "eval_b");
+    assert_eq!(summary.notes.len(), 1, "{:?}", summary.notes);
+    assert!(
+        summary.notes[0].starts_with("eval_a is left out")
+            && summary.notes[0].contains(&f.artifacts[3].producer),
+        "{:?}",
+        summary.notes
+    );
+    let md = std::fs::read_to_string(out.0.join("table8_test.md")).unwrap();
+    assert!(md.contains("0.2125") && !md.contains("0.2500"), "{md}");
+    let index = std::fs::read_to_string(out.0.join("index.md")).unwrap();
+    assert!(index.contains("## Selection notes"), "{index}");
+}
+
 #[test]
 fn select_choices_feed_table5_without_first_stage_runs() {
     let mut f = Fixtures::new("select");
