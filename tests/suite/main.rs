@@ -8,6 +8,7 @@ mod data_stages;
 mod evaluate;
 mod executor;
 mod model_commands;
+mod paper_smoke;
 mod pipeline_errors;
 mod pipeline_vars;
 mod remote;

@@ -1,0 +1,218 @@
+//! `pipeline.paper.yaml` itself, shrunk by `pipeline.paper.smoke.yaml`, run end to end by the
+//! real binary; the selections the pipeline made are then recomputed here from the train runs'
+//! own summaries: the first-stage winner of each cell, the k-th best where `ranks` asks for
+//! it, the retrained hyperparameters, and the better cosine floor.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::Workspace;
+
+const PIPELINE: &str = "pipeline.paper.yaml";
+const SMOKE: &str = "pipeline.paper.smoke.yaml";
+const SAMPLE: &str = "data/lichess_db_1000k.pgn.zst";
+
+/// A workspace holding the repository's paper pipeline, its smoke vars and the sample games.
+fn paper_workspace() -> Workspace {
+    let ws = Workspace::new("paper-smoke");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(ws.dir.join("data")).unwrap();
+    for file in [PIPELINE, SMOKE, SAMPLE] {
+        std::fs::copy(repo.join(file), ws.dir.join(file))
+            .unwrap_or_else(|e| panic!("copy {file}: {e}"));
+    }
+    ws
+}
+
+/// `cwm ARGS` on pipeline.paper.yaml with the smoke vars, asserting success (`run` takes the
+/// pipeline as its argument, `show` as `-p`).
+fn smoke(ws: &Workspace, args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    if args[0] == "run" {
+        all.insert(1, PIPELINE);
+    } else {
+        all.extend(["-p", PIPELINE]);
+    }
+    all.extend(["--vars", SMOKE]);
+    ws.ok(&all)
+}
+
+/// Every instance of `stage` with the data directory of its one output (from `cwm show`).
+fn outputs(ws: &Workspace, stage: &str) -> BTreeMap<String, PathBuf> {
+    let shown = smoke(ws, &["show", stage]);
+    let mut found = BTreeMap::new();
+    let mut instance = None;
+    for line in shown.lines() {
+        if !line.starts_with(' ') && line.contains(" (kind ") {
+            instance = line.split(" (kind ").next().map(str::to_owned);
+        } else if let (Some(name), Some(path)) = (&instance, line.trim().strip_prefix("path: ")) {
+            found.insert(name.clone(), PathBuf::from(path));
+        }
+    }
+    assert!(!found.is_empty(), "no artifact of {stage} in:\n{shown}");
+    found
+}
+
+fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A train run as this test reads it: its instance, arch and summary.
+struct Run {
+    instance: String,
+    arch: String,
+    summary: Value,
+}
+
+impl Run {
+    fn val_loss(&self) -> f64 {
+        let best = &self.summary["best_val"]["loss"];
+        let pick = if best.is_f64() {
+            best
+        } else {
+            &self.summary["final_val"]["loss"]
+        };
+        pick.as_f64().unwrap_or(f64::INFINITY)
+    }
+
+    fn hparam(&self, name: &str) -> f64 {
+        self.summary["hparams"][name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{}: no hparams.{name}", self.instance))
+    }
+}
+
+fn runs(ws: &Workspace, stage: &str) -> Vec<Run> {
+    outputs(ws, stage)
+        .into_iter()
+        .map(|(instance, dir)| {
+            let summary = json(&dir.join("summary.json"));
+            let arch = summary["arch"].as_str().unwrap().to_owned();
+            Run {
+                instance,
+                arch,
+                summary,
+            }
+        })
+        .collect()
+}
+
+/// The chosen instance per arch of a select stage's `selected.json`.
+fn chosen(ws: &Workspace, stage: &str) -> BTreeMap<String, String> {
+    let dir = outputs(ws, stage).into_values().next().unwrap();
+    let selection = json(&dir.join("selected.json"));
+    selection["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["arch"].as_str().unwrap().to_owned(),
+                c["instance"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Per arch, the `rank`-th lowest `loss` (ties to the instance name that sorts first).
+fn ranked(
+    runs: &[Run],
+    loss: fn(&Run) -> f64,
+    rank_of: fn(&str) -> usize,
+) -> BTreeMap<String, String> {
+    let mut by_arch: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for run in runs {
+        by_arch.entry(&run.arch).or_default().push(run);
+    }
+    by_arch
+        .into_iter()
+        .map(|(arch, mut group)| {
+            group.sort_by(|a, b| {
+                loss(a)
+                    .total_cmp(&loss(b))
+                    .then(a.instance.cmp(&b.instance))
+            });
+            (arch.to_owned(), group[rank_of(arch) - 1].instance.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn the_paper_pipeline_runs_end_to_end_on_the_smoke_vars() {
+    let ws = paper_workspace();
+    let started = Instant::now();
+    smoke(&ws, &["run"]);
+    eprintln!("paper smoke run: {:.0} s", started.elapsed().as_secs_f64());
+
+    // Stage 1: the lowest validation loss per cell, but slice's second best (`ranks`).
+    let sweep = runs(&ws, "sweep");
+    assert_eq!(sweep.len(), 4 * 4, "4 families x 4 configurations at d128");
+    let first_stage = ranked(
+        &sweep,
+        Run::val_loss,
+        |arch| if arch == "slice" { 2 } else { 1 },
+    );
+    assert_eq!(chosen(&ws, "select"), first_stage);
+
+    // Stage 2 and the ablations retrain the chosen configuration (an ablation its family's).
+    let by_instance: BTreeMap<&str, &Run> =
+        sweep.iter().map(|r| (r.instance.as_str(), r)).collect();
+    let mut retrained = runs(&ws, "final");
+    retrained.extend(runs(&ws, "ablations"));
+    assert_eq!(retrained.len(), 7 * 2, "7 families x 2 floors");
+    for run in &retrained {
+        let family = match run.arch.as_str() {
+            "slice_diag" => "slice",
+            "gdn_pos" => "gdn",
+            "mamba2" => "mamba3",
+            other => other,
+        };
+        let source = by_instance[first_stage[family].as_str()];
+        for name in ["lr", "beta2", "weight_decay", "warmup_steps"] {
+            assert_eq!(
+                run.hparam(name),
+                source.hparam(name),
+                "{} {name}",
+                run.instance
+            );
+        }
+        assert_eq!(
+            run.summary["hparams"]["schedule"], "cosine",
+            "{}",
+            run.instance
+        );
+    }
+
+    // The better floor by validation loss.
+    let floors = ranked(&retrained, Run::val_loss, |_| 1);
+    assert_eq!(floors.len(), 7);
+    assert_eq!(chosen(&ws, "select_floor"), floors);
+
+    // The report: only the chosen runs' evaluations in the test tables, the choices noted.
+    let report = outputs(&ws, "report").into_values().next().unwrap();
+    let index = std::fs::read_to_string(report.join("index.md")).unwrap();
+    assert!(index.contains("## Selection notes"), "{index}");
+    assert_eq!(
+        index
+            .matches("`select` chose run 2 by validation loss")
+            .count(),
+        1,
+        "{index}"
+    );
+    assert_eq!(
+        index.matches("is left out of the test tables").count(),
+        7 * 2,
+        "{index}"
+    );
+    let table8 = std::fs::read_to_string(report.join("table8_test.md")).unwrap();
+    let rows = table8.lines().filter(|l| l.contains("| d128 |")).count();
+    assert_eq!(rows, 7, "one row per family:\n{table8}");
+
+    // Nothing reruns.
+    let again: Value = serde_json::from_str(&smoke(&ws, &["run", "--json"])).unwrap();
+    assert!(super::names(&again, "ran").is_empty(), "{again}");
+}
