@@ -428,11 +428,45 @@ impl Params {
             other => Err(Self::wrong(name, "a list", other)),
         }
     }
+
+    /// The list-of-strings parameter `name`, or `None` when it is not set.
+    pub fn str_list(&self, name: &str) -> Result<Option<Vec<String>>, StageError> {
+        let Some(value) = self.get(name) else {
+            return Ok(None);
+        };
+        let ParamValue::List(items) = value else {
+            return Err(Self::wrong(name, "a list of strings", value));
+        };
+        items
+            .iter()
+            .map(|item| match item {
+                ParamValue::Str(s) => Ok(s.clone()),
+                other => Err(Self::wrong(name, "a list of strings", other)),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn str_list_reads_strings_and_rejects_other_items() {
+        let mut p = Params::new();
+        p.insert(
+            "ranks",
+            ParamValue::List(vec![ParamValue::Str("slice/d512=2".into())]),
+        );
+        p.insert("bad", ParamValue::List(vec![ParamValue::Int(2)]));
+        assert_eq!(
+            p.str_list("ranks").unwrap(),
+            Some(vec!["slice/d512=2".to_owned()])
+        );
+        assert_eq!(p.str_list("absent").unwrap(), None);
+        assert!(p.str_list("bad").unwrap_err().to_string().contains("bad"));
+    }
 
     #[test]
     fn canonical_form_is_order_independent_and_typed() {

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use cwm_formats::Versioned;
 use cwm_formats::train::{SUMMARY_FILE, TrainSummary, ValMetrics};
 use cwm_stage::{
-    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, ParamValue, StageContext,
-    StageError, StageKind,
+    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, StageContext, StageError,
+    StageKind,
 };
 use serde_json::Value;
 
@@ -335,9 +335,13 @@ impl StageKind for SelectStage {
         let name = ctx.params().str("metric")?;
         let metric = Metric::from_name(name)
             .ok_or_else(|| StageError::Param(format!("unknown metric {name:?}")))?;
-        let group_by = string_list(ctx, "group_by")?
+        let group_by = ctx
+            .params()
+            .str_list("group_by")?
             .unwrap_or_else(|| vec!["arch".to_owned(), "size".to_owned()]);
-        let ranks = string_list(ctx, "ranks")?
+        let ranks = ctx
+            .params()
+            .str_list("ranks")?
             .unwrap_or_default()
             .iter()
             .map(|text| text.parse::<RankPick>().map_err(StageError::Param))
@@ -380,23 +384,5 @@ fn log_selection(ctx: &StageContext, selection: &Selection, metric: Metric) {
     for instance in &selection.skipped {
         ctx.log()
             .line(format!("{instance}: no {} (skipped)", metric.name()));
-    }
-}
-
-/// A list-of-strings param, if given.
-fn string_list(ctx: &StageContext, name: &str) -> Result<Option<Vec<String>>, StageError> {
-    let not_strings =
-        |found: &str| StageError::Param(format!("{name} must be a list of strings, found {found}"));
-    match ctx.params().get(name) {
-        None => Ok(None),
-        Some(ParamValue::List(items)) => items
-            .iter()
-            .map(|item| match item {
-                ParamValue::Str(s) => Ok(s.clone()),
-                other => Err(not_strings(&other.describe())),
-            })
-            .collect::<Result<_, _>>()
-            .map(Some),
-        Some(other) => Err(not_strings(&other.describe())),
     }
 }
