@@ -17,6 +17,7 @@ pub mod error;
 pub mod figures;
 pub mod format;
 pub mod inputs;
+pub mod setup;
 pub mod table;
 pub mod tables;
 
@@ -186,7 +187,7 @@ pub fn build_report(
 
     progress.set_message("tables");
     let mut tables = Vec::new();
-    tables.extend(tables::table3(&inputs));
+    tables.extend(setup::table3(&inputs));
     if options.param_counts {
         tables.push(tables::table4(&tables::param_counts()?));
     }

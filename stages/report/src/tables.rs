@@ -33,27 +33,27 @@ pub const ABLATIONS: [(Family, Family); 3] = [
     (Family::Mamba3, Family::Mamba2),
 ];
 
-fn family_cell(family: Family) -> Cell {
+pub(crate) fn family_cell(family: Family) -> Cell {
     Cell::with_raw(family_label(family), family.name())
 }
 
-fn size_cell(size: Size) -> Cell {
+pub(crate) fn size_cell(size: Size) -> Cell {
     Cell::text(size.name())
 }
 
-fn params_cell(params: u64) -> Cell {
+pub(crate) fn params_cell(params: u64) -> Cell {
     Cell::with_raw(format::millions(params), params.to_string())
 }
 
-fn loss_cell(loss: f64) -> Cell {
+pub(crate) fn loss_cell(loss: f64) -> Cell {
     Cell::with_raw(format::loss(loss), format!("{loss}"))
 }
 
-fn pct_cell(fraction: f64) -> Cell {
+pub(crate) fn pct_cell(fraction: f64) -> Cell {
     Cell::with_raw(format::percent(fraction), format::percent_raw(fraction))
 }
 
-fn sources<'a>(origins: impl IntoIterator<Item = &'a Origin>) -> Vec<Source> {
+pub(crate) fn sources<'a>(origins: impl IntoIterator<Item = &'a Origin>) -> Vec<Source> {
     let set: BTreeSet<Source> = origins.into_iter().map(Origin::source).collect();
     set.into_iter().collect()
 }
@@ -74,53 +74,6 @@ pub fn split_order(splits: impl IntoIterator<Item = String>) -> Vec<String> {
         (rank, s.clone())
     });
     list
-}
-
-/// Table 3: move-token coverage, one row per tokenize artifact.
-pub fn table3(inputs: &Inputs) -> Option<Table> {
-    if inputs.coverage.is_empty() {
-        return None;
-    }
-    let rows = inputs
-        .coverage
-        .iter()
-        .map(|c| {
-            let f = &c.file;
-            vec![
-                Cell::text(&c.origin.instance),
-                Cell::with_raw(format::count(f.games), f.games.to_string()),
-                Cell::with_raw(format::count(f.plies), f.plies.to_string()),
-                Cell::with_raw(
-                    format::count(f.distinct_move_ids),
-                    f.distinct_move_ids.to_string(),
-                ),
-                Cell::with_raw(format::count(f.move_ids), f.move_ids.to_string()),
-                pct_cell(f.distinct_move_ids as f64 / f.move_ids.max(1) as f64),
-                pct_cell(f.distinct_move_ids as f64 / 1968.0),
-            ]
-        })
-        .collect();
-    Some(Table {
-        id: "table3_coverage".into(),
-        label: "Table 3".into(),
-        title: "Move-token coverage: distinct move ids seen per tokenized split".into(),
-        columns: vec![
-            Column::left("Split"),
-            Column::right("Games"),
-            Column::right("Plies"),
-            Column::right("Distinct ids"),
-            Column::right("Id space"),
-            Column::right("Of id space (%)"),
-            Column::right("Of 1,968 possible (%)"),
-        ],
-        rows,
-        notes: vec![
-            "Only 1,968 of the 20,480 packed move ids are geometrically possible \
-             (1,792 queen-line and knight moves plus 176 promotions)."
-                .into(),
-        ],
-        sources: sources(inputs.coverage.iter().map(|c| &c.origin)),
-    })
 }
 
 /// Parameter counts of every family and size, from the model definitions.

@@ -121,11 +121,20 @@ fn reference_rope_follows_spec_b1() {
     let norm = |t: Tensor<4>| -> f32 { t.square().sum().into_scalar() };
     let (cos_s, sin_s) = rope_tables(Rope::Standard, seq, head_dim, &device);
     let standard = norm(apply_rope(unit.clone(), &cos_s, &sin_s));
-    assert!((standard - 1.0).abs() < 1e-5, "standard RoPE norm {standard}");
+    assert!(
+        (standard - 1.0).abs() < 1e-5,
+        "standard RoPE norm {standard}"
+    );
     let reference = norm(apply_rope(unit, &cos, &sin)) as f64;
     let want = freq(2).cos().powi(2) + freq(3).sin().powi(2);
-    assert!((reference - want).abs() < 1e-5, "reference RoPE norm {reference}, want {want}");
-    assert!((reference - 1.0).abs() > 0.05, "reference RoPE kept the norm");
+    assert!(
+        (reference - want).abs() < 1e-5,
+        "reference RoPE norm {reference}, want {want}"
+    );
+    assert!(
+        (reference - 1.0).abs() > 0.05,
+        "reference RoPE kept the norm"
+    );
 }
 
 #[test]
