@@ -16,6 +16,9 @@ pub(super) struct StageDecl<'a> {
     pub(super) kind: Located<String>,
     pub(super) params: Vec<(&'a Located<String>, Located<Node>)>,
     pub(super) matrix: Vec<(&'a Located<String>, Vec<Located<Node>>)>,
+    /// `matrix:` written as a list of mappings: the cells themselves, each its (param,
+    /// value) pairs in the first cell's key order.
+    pub(super) cells: Vec<Vec<(Located<String>, Located<Node>)>>,
     pub(super) inputs: Vec<(&'a Located<String>, Vec<Located<Reference>>)>,
     pub(super) deps: Vec<Located<String>>,
     /// Param names written in the file whose value could not be read.
@@ -24,6 +27,15 @@ pub(super) struct StageDecl<'a> {
 }
 
 impl<'a> StageDecl<'a> {
+    /// Whether `param` is a matrix key (of the product or of the explicit cells).
+    pub(super) fn in_matrix(&self, param: &str) -> bool {
+        self.matrix.iter().any(|(m, _)| m.value == param)
+            || self
+                .cells
+                .first()
+                .is_some_and(|cell| cell.iter().any(|(k, _)| k.value == param))
+    }
+
     fn new(name: &Located<String>, body: &Located<Node>) -> Self {
         StageDecl {
             name: name.clone(),
@@ -33,6 +45,7 @@ impl<'a> StageDecl<'a> {
             },
             params: Vec::new(),
             matrix: Vec::new(),
+            cells: Vec::new(),
             inputs: Vec::new(),
             deps: Vec::new(),
             invalid_params: Vec::new(),
@@ -138,15 +151,14 @@ impl Loader {
     }
 
     fn decl_matrix<'a>(&mut self, decl: &mut StageDecl<'a>, value: &'a Located<Node>, vars: &Vars) {
-        let Node::Map(entries) = &value.value else {
-            self.error(
-                value.loc,
-                format!(
-                    "`matrix` must be a mapping of param names to lists, found {}",
-                    value.value.kind()
-                ),
-            );
-            return;
+        let entries = match &value.value {
+            Node::Map(entries) => entries,
+            _ => {
+                if let Some(v) = self.substitute(value, vars) {
+                    self.decl_matrix_cells(decl, v);
+                }
+                return;
+            }
         };
         for (pname, pvalues) in entries {
             let Some(v) = self.substitute(pvalues, vars) else {
@@ -163,6 +175,60 @@ impl Loader {
                     ),
                 ),
             }
+        }
+    }
+
+    /// `matrix:` as a list of mappings, one cell each; every cell must have the first one's
+    /// keys.
+    fn decl_matrix_cells(&mut self, decl: &mut StageDecl, value: Located<Node>) {
+        let items = match value.value {
+            Node::Seq(items) if !items.is_empty() => items,
+            other => {
+                let message = format!(
+                    "`matrix` must be a mapping of param names to lists, or a non-empty list \
+                     of cells (mappings of param names to values), found {}",
+                    other.kind()
+                );
+                self.error(value.loc, message);
+                return;
+            }
+        };
+        let mut keys: Option<Vec<String>> = None;
+        for item in items {
+            let mut entries = match item.value {
+                Node::Map(entries) if !entries.is_empty() => entries,
+                Node::Map(_) => {
+                    self.error(
+                        item.loc,
+                        "a matrix cell must set at least one param".to_owned(),
+                    );
+                    continue;
+                }
+                other => {
+                    let message =
+                        format!("a matrix cell must be a mapping, found {}", other.kind());
+                    self.error(item.loc, message);
+                    continue;
+                }
+            };
+            let first =
+                keys.get_or_insert_with(|| entries.iter().map(|(k, _)| k.value.clone()).collect());
+            let mut these: Vec<&str> = entries.iter().map(|(k, _)| k.value.as_str()).collect();
+            let mut want: Vec<&str> = first.iter().map(String::as_str).collect();
+            these.sort_unstable();
+            want.sort_unstable();
+            if these != want {
+                let message = format!(
+                    "every matrix cell must set the same params as the first ({}), this one sets \
+                     {}",
+                    want.join(", "),
+                    these.join(", ")
+                );
+                self.error(item.loc, message);
+                continue;
+            }
+            entries.sort_by_key(|(k, _)| first.iter().position(|f| *f == k.value));
+            decl.cells.push(entries);
         }
     }
 

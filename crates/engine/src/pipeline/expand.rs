@@ -91,7 +91,7 @@ impl Loader {
     fn base_params(&mut self, decl: &StageDecl, kind: &dyn StageKind) -> Params {
         let mut base = Params::new();
         for (pname, pvalue) in &decl.params {
-            if decl.matrix.iter().any(|(m, _)| m.value == pname.value) {
+            if decl.in_matrix(&pname.value) {
                 self.error(
                     pname.loc,
                     format!(
@@ -111,6 +111,9 @@ impl Loader {
     /// The matrix cells, row-major over the matrix keys in file order. A key
     /// with an invalid value is left out (after its errors are reported).
     fn matrix_cells(&mut self, decl: &StageDecl, kind: &dyn StageKind) -> Vec<Cell> {
+        if !decl.cells.is_empty() {
+            return self.explicit_cells(decl, kind);
+        }
         let mut columns: Vec<(String, Vec<ParamValue>)> = Vec::new();
         for (mname, mvalues) in &decl.matrix {
             let values: Vec<ParamValue> = mvalues
@@ -133,6 +136,33 @@ impl Loader {
                     })
                 })
                 .collect();
+        }
+        cells
+    }
+
+    /// The cells of a `matrix:` written as a list of mappings, in file order. A cell with an
+    /// invalid value is left out (after its errors are reported); two equal cells are an
+    /// error.
+    fn explicit_cells(&mut self, decl: &StageDecl, kind: &dyn StageKind) -> Vec<Cell> {
+        let mut cells: Vec<Cell> = Vec::new();
+        for entries in &decl.cells {
+            let cell: Cell = entries
+                .iter()
+                .filter_map(|(k, v)| Some((k.value.clone(), self.param(kind, &k.value, v.loc, v)?)))
+                .collect();
+            if cell.len() != entries.len() {
+                continue;
+            }
+            if cells.contains(&cell) {
+                let loc = entries.first().map_or(decl.loc, |(k, _)| k.loc);
+                let message = format!(
+                    "matrix cell {} is listed twice",
+                    instance_name(&decl.name.value, &cell)
+                );
+                self.error(loc, message);
+                continue;
+            }
+            cells.push(cell);
         }
         cells
     }
@@ -185,7 +215,7 @@ impl Loader {
     ) {
         let written = |param: &str| {
             decl.params.iter().any(|(n, _)| n.value == param)
-                || decl.matrix.iter().any(|(n, _)| n.value == param)
+                || decl.in_matrix(param)
                 || decl.invalid_params.contains(&param)
         };
         for spec in kind.params() {

@@ -50,6 +50,72 @@ fn matrix_expands_row_major_with_readable_names() {
 }
 
 #[test]
+fn a_matrix_of_listed_cells_gives_one_instance_each() {
+    // Cells in file order, keys in the first cell's order; a consumer with a product matrix
+    // binds the cells whose shared keys agree.
+    let p = load_text(
+        "vars:\n  cells:\n    - {arch: gdn, n: 2}\nstages:\n  t:\n    uses: typed\n    matrix:\n      - {arch: slice, n: 1, lr: 0.5}\n      - {lr: 0.25, arch: gdn, n: 3}\n  u:\n    uses: typed\n    matrix: ${cells}\n  each:\n    uses: typed\n    params: {n: 9}\n    matrix: {arch: [gdn]}\n    inputs: {data: t.a}\n",
+    )
+    .unwrap();
+    let names: Vec<&str> = p.instances.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "t[arch=slice,n=1,lr=0.5]",
+            "t[arch=gdn,n=3,lr=0.25]",
+            "u[arch=gdn,n=2]",
+            "each[arch=gdn]"
+        ]
+    );
+    assert_eq!(p.instances[1].params.get("n"), Some(&ParamValue::Int(3)));
+    assert_eq!(
+        p.instances[2].params.get("lr"),
+        Some(&ParamValue::Float(0.1))
+    );
+    let each = &p.instances[3];
+    assert_eq!(
+        each.inputs["data"],
+        vec![InputRef {
+            producer: 1,
+            output: "a".into()
+        }]
+    );
+}
+
+#[test]
+fn listed_cells_must_agree_on_their_keys() {
+    let errs = errors(
+        "stages:\n  t:\n    uses: typed\n    matrix:\n      - {arch: slice, n: 1}\n      - {arch: gdn}\n      - 5\n      - {}\n      - {arch: slice, n: 1}\n      - {arch: nope, n: 1}\n",
+    );
+    assert_eq!(errs.len(), 5, "{errs:?}");
+    assert!(errs[0].starts_with("p.yaml:6:9: every matrix cell must set the same params as the first (arch, n), this one sets arch"), "{errs:?}");
+    assert!(
+        errs[1].starts_with("p.yaml:7:9: a matrix cell must be a mapping, found"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[2].starts_with("p.yaml:8:9: a matrix cell must set at least one param"),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("matrix cell t[arch=slice,n=1] is listed twice")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.starts_with("p.yaml:10:16:")),
+        "{errs:?}"
+    );
+    // A param in both a cell and `params` is an error, as for a product matrix.
+    let errs =
+        errors("stages:\n  t:\n    uses: typed\n    params: {n: 1}\n    matrix:\n      - {n: 2}\n");
+    assert!(
+        errs[0].contains("param `n` is set both in `params` and in `matrix`"),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn vars_substitute_whole_values_and_inside_text() {
     let p = load_text(
         "vars:\n  n: 7\n  name: world\nstages:\n  t:\n    uses: typed\n    params: {n: \"${n}\"}\n  c:\n    uses: step\n    params: {cmd: \"echo hi ${name} $${HOME} $$x\"}\n",
