@@ -28,6 +28,10 @@ pub struct LabelGroup {
     pub n_labels: usize,
     /// Classes per label.
     pub n_classes: usize,
+    /// What the group encodes, in words (the report's Table 2 prints it).
+    pub title: &'static str,
+    /// How its classes encode it.
+    pub encoding: &'static str,
 }
 
 impl LabelGroup {
@@ -44,6 +48,17 @@ impl LabelGroup {
             first_label: self.first_label + self.n_labels,
             n_labels,
             n_classes,
+            title: "",
+            encoding: "",
+        }
+    }
+
+    /// The same group with its description.
+    const fn described(self, title: &'static str, encoding: &'static str) -> LabelGroup {
+        LabelGroup {
+            title,
+            encoding,
+            ..self
         }
     }
 }
@@ -55,19 +70,35 @@ pub const PIECES: LabelGroup = LabelGroup {
     first_label: 0,
     n_labels: 64,
     n_classes: 13,
+    title: "Board squares",
+    encoding: "the piece on each square a8, b8, …, h1: empty, or one of 6 white and 6 black pieces",
 };
 /// Side to move: 0 white, 1 black.
-pub const SIDE: LabelGroup = PIECES.then("side", 1, 2);
+pub const SIDE: LabelGroup = PIECES
+    .then("side", 1, 2)
+    .described("Side to move", "white or black");
 /// Castling rights K, Q, k, q: 0 or 1 each.
-pub const CASTLE: LabelGroup = SIDE.then("castle", 4, 2);
+pub const CASTLE: LabelGroup = SIDE
+    .then("castle", 4, 2)
+    .described("Castling rights", "one yes/no label each for K, Q, k and q");
 /// En-passant file: 0 none, 1..8 = a..h.
-pub const EP_FILE: LabelGroup = CASTLE.then("ep_file", 1, 9);
+pub const EP_FILE: LabelGroup = CASTLE
+    .then("ep_file", 1, 9)
+    .described("En passant file", "none, or the file a–h");
 /// En-passant rank: 0 none, 1 = rank 3, 2 = rank 6.
-pub const EP_RANK: LabelGroup = EP_FILE.then("ep_rank", 1, 3);
+pub const EP_RANK: LabelGroup = EP_FILE
+    .then("ep_rank", 1, 3)
+    .described("En passant rank", "none, rank 3 or rank 6");
 /// Halfmove clock clamped to 0..=65535, high byte then low byte.
-pub const HALFMOVE: LabelGroup = EP_RANK.then("halfmove", 2, 256);
+pub const HALFMOVE: LabelGroup = EP_RANK.then("halfmove", 2, 256).described(
+    "Halfmove clock",
+    "an unsigned 16-bit count (clamped), high byte then low byte",
+);
 /// Fullmove number clamped to 0..=65535, high byte then low byte.
-pub const FULLMOVE: LabelGroup = HALFMOVE.then("fullmove", 2, 256);
+pub const FULLMOVE: LabelGroup = HALFMOVE.then("fullmove", 2, 256).described(
+    "Fullmove number",
+    "an unsigned 16-bit count (clamped), high byte then low byte",
+);
 
 /// The seven groups in label (and head) order. Label `first_label + r` owns logits
 /// `logit_offset + r·n_classes .. + n_classes`.
@@ -119,6 +150,11 @@ mod tests {
             .iter()
             .map(|g| (g.name, g.first_label, g.logit_offset))
             .collect();
+        assert!(
+            LABEL_GROUPS
+                .iter()
+                .all(|g| !g.title.is_empty() && !g.encoding.is_empty())
+        );
         assert_eq!(
             layout,
             [

@@ -34,6 +34,24 @@ pub struct Coverage {
     pub ep_convention: String,
     /// Shard files written.
     pub shards: u64,
+    /// Where the tokenized games came from (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<GamesSource>,
+    /// The distinct move ids seen, ascending (absent in records written before they were
+    /// kept): the report compares two splits' sets with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_move_ids: Option<Vec<u16>>,
+}
+
+/// The artifact a tokenize stage read its games from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GamesSource {
+    /// The producing instance, e.g. `split`.
+    pub producer: String,
+    /// Its stage kind: `split`, `parse`, `random_uniform`, ...
+    pub kind: String,
+    /// The output read: `train` or `val` of a split, `games` of a parse, `out` otherwise.
+    pub output: String,
 }
 
 fn move_id_space() -> u64 {
@@ -60,7 +78,25 @@ impl Coverage {
             coverage: distinct_move_ids as f64 / move_ids as f64,
             ep_convention: ep_convention.to_owned(),
             shards,
+            source: None,
+            seen_move_ids: None,
         }
+    }
+
+    /// The same record naming where its games came from.
+    #[must_use]
+    pub fn with_source(mut self, source: GamesSource) -> Coverage {
+        self.source = Some(source);
+        self
+    }
+
+    /// The same record with the distinct ids seen (sorted and deduplicated here).
+    #[must_use]
+    pub fn with_seen_move_ids(mut self, mut ids: Vec<u16>) -> Coverage {
+        ids.sort_unstable();
+        ids.dedup();
+        self.seen_move_ids = Some(ids);
+        self
     }
 }
 
@@ -79,6 +115,16 @@ mod tests {
     #[test]
     fn coverage_round_trips() {
         round_trip(&Coverage::new(438, 31_000, 1_402, 20_480, "reference", 1));
+        let source = GamesSource {
+            producer: "split".into(),
+            kind: "split".into(),
+            output: "train".into(),
+        };
+        let full = Coverage::new(2, 9, 3, 20_480, "reference", 1)
+            .with_source(source)
+            .with_seen_move_ids(vec![812, 5, 812, 40]);
+        assert_eq!(full.seen_move_ids.as_deref(), Some(&[5, 40, 812][..]));
+        round_trip(&full);
     }
 
     /// A `coverage.json` as the tokenize stage wrote it before formats were versioned.

@@ -34,7 +34,7 @@ use cwm_chess::encode::{
     EpConvention, NUM_MOVE_IDS, START, STATE_LEN, encode_state_after_move, encode_state_into,
     unpack_move,
 };
-use cwm_formats::tokenize::{COVERAGE_FILE, Coverage};
+use cwm_formats::tokenize::{COVERAGE_FILE, Coverage, GamesSource};
 use cwm_stage::{
     InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext,
     StageError, StageKind, ThreadsDecl,
@@ -99,7 +99,7 @@ states = np.frombuffer(t.column("states")[0].as_py(), np.uint8).reshape(-1, 75) 
 "#;
 
 /// Options of a tokenize run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TokenizeOptions {
     /// En-passant convention of the labels.
     pub ep_convention: EpConvention,
@@ -107,6 +107,9 @@ pub struct TokenizeOptions {
     pub shard_games: u64,
     /// Worker threads.
     pub threads: usize,
+    /// The artifact the games came from, recorded in `coverage.json` (the report's Table 1
+    /// tells the splits apart by it).
+    pub source: Option<GamesSource>,
 }
 
 impl Default for TokenizeOptions {
@@ -115,6 +118,7 @@ impl Default for TokenizeOptions {
             ep_convention: EpConvention::Reference,
             shard_games: DEFAULT_SHARD_GAMES,
             threads: 1,
+            source: None,
         }
     }
 }
@@ -128,6 +132,8 @@ pub struct TokenizeSummary {
     pub plies: u64,
     /// Distinct packed move ids seen.
     pub distinct_move_ids: usize,
+    /// Those ids, ascending.
+    pub seen_move_ids: Vec<u16>,
     /// Shard files written.
     pub shards: Vec<PathBuf>,
 }
@@ -406,6 +412,7 @@ pub fn tokenize_games(
         games: 0,
         plies: 0,
         distinct_move_ids: 0,
+        seen_move_ids: Vec::new(),
         shards: Vec::new(),
     };
     // The first shard exists from the start: an empty input still gives one (empty) shard, so
@@ -456,8 +463,11 @@ pub fn tokenize_games(
         Ok(())
     })?;
     summary.shards.push(shard.finish()?);
-    summary.distinct_move_ids = seen.iter().filter(|&&s| s).count();
-    write_coverage(out_dir, &summary, ep)?;
+    summary.seen_move_ids = (0..NUM_MOVE_IDS)
+        .filter(|&id| seen[usize::from(id)])
+        .collect();
+    summary.distinct_move_ids = summary.seen_move_ids.len();
+    write_coverage(out_dir, &summary, options)?;
     Ok(summary)
 }
 
@@ -516,16 +526,20 @@ fn count_games(summary: &mut TokenizeSummary, seen: &mut [bool], games: &[GameRe
 fn write_coverage(
     out_dir: &Path,
     summary: &TokenizeSummary,
-    ep: EpConvention,
+    options: &TokenizeOptions,
 ) -> Result<(), DataError> {
-    let coverage = Coverage::new(
+    let mut coverage = Coverage::new(
         summary.games,
         summary.plies,
         summary.distinct_move_ids as u64,
         u64::from(NUM_MOVE_IDS),
-        ep_name(ep),
+        ep_name(options.ep_convention),
         summary.shards.len() as u64,
-    );
+    )
+    .with_seen_move_ids(summary.seen_move_ids.clone());
+    if let Some(source) = &options.source {
+        coverage = coverage.with_source(source.clone());
+    }
     cwm_formats::write_json(&out_dir.join(COVERAGE_FILE), &coverage)?;
     let readme = out_dir.join("README.md");
     std::fs::write(&readme, SHARD_LAYOUT).map_err(|e| DataError::io(&readme, e))
@@ -597,10 +611,16 @@ impl StageKind for TokenizeStage {
         if shard_games == 0 {
             return Err(StageError::Param("shard_games must be positive".into()));
         }
+        let source = ctx.input_list("games").first().map(|a| GamesSource {
+            producer: a.producer.clone(),
+            kind: a.producer_kind.clone(),
+            output: a.output.clone(),
+        });
         let options = TokenizeOptions {
             ep_convention,
             shard_games,
             threads: ctx.threads(),
+            source,
         };
         let summary = tokenize_games(
             ctx.input("games")?,

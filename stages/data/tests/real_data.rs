@@ -101,11 +101,18 @@ fn tokenized_labels_equal_the_san_replay_on_every_real_game() {
                 ep_convention: ep,
                 shard_games: 97,
                 threads: 2,
+                ..TokenizeOptions::default()
             };
             let summary =
                 tokenize_games(&games_dir, &out, &options, &Progress::disabled(), &|| false)
                     .unwrap();
             assert_eq!(summary.games, report.kept);
+            // coverage.json lists the distinct ids it counts, ascending.
+            let coverage: cwm_formats::tokenize::Coverage =
+                cwm_formats::read_json(&out.join("coverage.json")).unwrap();
+            let ids = coverage.seen_move_ids.expect("the id list");
+            assert_eq!(ids.len() as u64, coverage.distinct_move_ids);
+            assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids.iter().all(|&id| id < 20_480));
             let rows = read_shards(&out);
             // The expected labels, straight from cwm_chess's SAN replay of the same file.
             let config = ReplayConfig {
