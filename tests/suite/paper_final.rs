@@ -86,10 +86,16 @@ fn the_final_pipeline_trains_the_papers_table7_models() {
         trained += 1;
         let key = (family(&params["arch"]), params["size"].clone());
         let want = published[&key];
-        let got: Vec<f64> = ["lr", "warmup_steps", "beta2", "weight_decay", "lr_min_ratio"]
-            .iter()
-            .map(|k| params[*k].parse().unwrap())
-            .collect();
+        let got: Vec<f64> = [
+            "lr",
+            "warmup_steps",
+            "beta2",
+            "weight_decay",
+            "lr_min_ratio",
+        ]
+        .iter()
+        .map(|k| params[*k].parse().unwrap())
+        .collect();
         assert_eq!(got, want, "{instance}");
         assert_eq!(stage == "final", key.0 == params["arch"], "{instance}");
     }

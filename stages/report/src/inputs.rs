@@ -6,10 +6,14 @@
 //! compatible artifact, say) is recognised by the `"kind"` field of its `summary.json`, by a
 //! `selected.json` or by a `coverage.json`. Anything else is listed in `index.md` as ignored.
 //! A recognised artifact whose files are missing or malformed fails the report with the file
-//! and field named.
+//! and field named. A train artifact's `val.parquet` is optional (a run without it has no
+//! training curve), but a malformed one fails the report too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
+use arrow::datatypes::{ArrowPrimitiveType, Float64Type, UInt64Type};
 
 use cwm_formats::bins::BinPrefixSummary;
 use cwm_formats::evaluate::EvaluateSummary;
@@ -28,6 +32,9 @@ use crate::table::Source;
 
 /// The summary file of train, evaluate and bin_prefix artifacts.
 const SUMMARY_FILE: &str = "summary.json";
+/// A train artifact's validation history, one row per validation (the train stage's
+/// `output::VAL_FILE`).
+pub const VAL_FILE: &str = "val.parquet";
 
 /// Where a record came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +78,9 @@ pub struct TrainRun {
     pub size: Size,
     /// The file.
     pub summary: TrainSummary,
+    /// Every validation of the run in file order (`val.parquet`); empty when the artifact has
+    /// no such file.
+    pub val_history: Vec<ValMetrics>,
 }
 
 impl TrainRun {
@@ -302,6 +312,7 @@ fn read_train(origin: Origin, dir: &Path) -> Result<TrainRun, ReportError> {
         size: parse_name(&path, "size", &summary.size)?,
         summary,
         origin,
+        val_history: read_val_history(&dir.join(VAL_FILE))?,
     })
 }
 
@@ -359,5 +370,90 @@ fn read_bins(origin: Origin, dir: &Path) -> Result<BinResult, ReportError> {
         size: parse_name(&path, "size", &summary.size)?,
         summary,
         origin,
+    })
+}
+
+/// Reads a train run's `val.parquet`: columns `step` (unsigned integer) and `loss`,
+/// `labelwise`, `exact_state`, `trajectory` (floating point), one row per validation, in file
+/// order. Other integer or float types are converted; extra columns are ignored. A missing
+/// file gives an empty history.
+///
+/// # Errors
+/// [`ReportError::Io`] when the file cannot be read or is not a Parquet file (kind
+/// `InvalidData`), [`ReportError::Field`] naming the column that is missing, of another type,
+/// or holds a null or a negative step.
+pub fn read_val_history(path: &Path) -> Result<Vec<ValMetrics>, ReportError> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ReportError::io(path, e)),
+    };
+    let invalid = |e: parquet::errors::ParquetError| {
+        ReportError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    };
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(ParquetRecordBatchReaderBuilder::build)
+        .map_err(invalid)?;
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| invalid(e.into()))?;
+        let step = val_column::<UInt64Type>(path, &batch, "step")?;
+        let [loss, labelwise, exact_state, trajectory] =
+            ["loss", "labelwise", "exact_state", "trajectory"]
+                .map(|name| val_column::<Float64Type>(path, &batch, name));
+        let (loss, labelwise, exact_state, trajectory) =
+            (loss?, labelwise?, exact_state?, trajectory?);
+        rows.extend((0..batch.num_rows()).map(|i| ValMetrics {
+            step: step.value(i),
+            loss: loss.value(i),
+            labelwise: labelwise.value(i),
+            exact_state: exact_state.value(i),
+            trajectory: trajectory.value(i),
+        }));
+    }
+    Ok(rows)
+}
+
+/// Column `name` of `batch` as `T`, converted when stored as another numeric type; an error
+/// naming the column of `path` when it is missing, not numeric, or holds a null (a value that
+/// does not fit, such as a negative step, converts to a null).
+fn val_column<T: ArrowPrimitiveType>(
+    path: &Path,
+    batch: &RecordBatch,
+    name: &str,
+) -> Result<PrimitiveArray<T>, ReportError> {
+    let array = batch
+        .column_by_name(name)
+        .ok_or_else(|| ReportError::field(path, name, "column missing"))?;
+    let expected = T::DATA_TYPE;
+    let found = array.data_type();
+    if !found.is_numeric() {
+        return Err(ReportError::field(
+            path,
+            name,
+            format!("expected {expected}, found {found}"),
+        ));
+    }
+    let converted = arrow::compute::cast(array, &expected).map_err(|e| {
+        ReportError::field(
+            path,
+            name,
+            format!("expected {expected}, found {found}: {e}"),
+        )
+    })?;
+    if converted.null_count() > 0 {
+        return Err(ReportError::field(
+            path,
+            name,
+            format!("expected {expected} values, found a null or a value out of range in {found}"),
+        ));
+    }
+    converted.as_primitive_opt::<T>().cloned().ok_or_else(|| {
+        ReportError::field(path, name, format!("expected {expected}, found {found}"))
     })
 }

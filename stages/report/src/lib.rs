@@ -4,11 +4,12 @@
 //!   `tokenize`, `train`, `select`, `evaluate` and `bin_prefix` instances. Each is recognised
 //!   by its producer's kind (or the `"kind"` of its `summary.json`); others are listed and
 //!   ignored. See `README.md` for which table reads which artifact.
-//! * **Params**: `title`, `figures` (draw Figures 3 and 4), `param_counts` (Table 4, counted
+//! * **Params**: `title`, `figures` (draw Figures 3 and 4 and the training curves), `param_counts` (Table 4, counted
 //!   on instantiated models; needs no artifact).
 //! * **Output** `out`: `index.md` (links to everything, and the inputs with their hashes),
 //!   every table as `<id>.md`, `<id>.tex`, `<id>.csv` and `<id>.sources.csv`, every figure as
-//!   `<id>.svg` and `<id>.png`. A table whose inputs are absent is not written.
+//!   `<id>.svg` and `<id>.png`. A table whose inputs are absent is not written; `index.md`
+//!   names it with the reason.
 //!
 //! Every file is written under a temporary name and renamed into place.
 #![deny(missing_docs)]
@@ -16,7 +17,10 @@
 pub mod error;
 pub mod figures;
 pub mod format;
+pub mod html;
 pub mod inputs;
+pub mod published;
+pub mod ranking;
 pub mod setup;
 pub mod table;
 pub mod tables;
@@ -32,9 +36,9 @@ use cwm_stage::{
 };
 
 pub use error::ReportError;
-pub use figures::{FigureSpec, Point};
+pub use figures::{Figure, Point};
 pub use inputs::{Inputs, read_inputs};
-pub use table::{Cell, Column, Source, Table};
+pub use table::{Cell, Column, MissingTable, Source, Table};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
@@ -43,7 +47,7 @@ include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 pub struct ReportOptions {
     /// The heading of `index.md`.
     pub title: String,
-    /// Whether to draw Figures 3 and 4.
+    /// Whether to draw Figures 3 and 4 and the training curves.
     pub figures: bool,
     /// Whether to build Table 4 (instantiates all 28 family × size models to count them).
     pub param_counts: bool,
@@ -64,7 +68,7 @@ const DEFAULT_TITLE: &str = "Chess-World-Model report";
 /// A figure written by the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FigureFile {
-    /// File stem (`figure3_test_real`).
+    /// File stem (`figure3`, `figure4_test_other`, `training_slice`).
     pub id: String,
     /// The caption used in `index.md`.
     pub title: String,
@@ -75,6 +79,8 @@ pub struct FigureFile {
 pub struct ReportSummary {
     /// The tables, in index order.
     pub tables: Vec<Table>,
+    /// The paper's tables the inputs could not fill, with the reason (listed in `index.md`).
+    pub missing: Vec<MissingTable>,
     /// The figures, in index order.
     pub figures: Vec<FigureFile>,
     /// The inputs read.
@@ -93,32 +99,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     cwm_formats::fs::write_atomic(path, bytes).map_err(|e| ReportError::io(path, e))
 }
 
-/// The figures' data: one point per family × size on each evaluate split, and on
-/// `validation` the train run with the lowest validation loss of each family × size.
+/// The label of the validation set in the figures (`validation`, or `validation (train runs)`
+/// when an evaluate split already has that label).
+fn validation_label(splits: &[String]) -> String {
+    if splits.iter().any(|s| s == "validation") {
+        "validation (train runs)".to_owned()
+    } else {
+        "validation".to_owned()
+    }
+}
+
+/// The figures' data: one point per family × size on each evaluate split (in the tables'
+/// split order), then on the validation set the train run with the lowest validation loss of
+/// each family × size.
 fn figure_points(inputs: &Inputs) -> Vec<(String, Vec<Point>)> {
+    let splits = tables::split_order(inputs.evaluate.iter().map(|e| e.summary.split.clone()));
+    let validation = validation_label(&splits);
     let mut sets = Vec::new();
-    let mut best: BTreeMap<(Family, Size), Point> = BTreeMap::new();
-    for run in &inputs.train {
-        let Some(val) = run.val() else { continue };
-        let point = Point {
-            family: run.family,
-            size: run.size,
-            params: run.summary.params,
-            loss: val.loss,
-            exact_state: val.exact_state,
-        };
-        best.entry((run.family, run.size))
-            .and_modify(|p| {
-                if point.loss < p.loss {
-                    *p = point;
-                }
-            })
-            .or_insert(point);
-    }
-    if !best.is_empty() {
-        sets.push(("validation".to_owned(), best.into_values().collect()));
-    }
-    for split in tables::split_order(inputs.evaluate.iter().map(|e| e.summary.split.clone())) {
+    for split in splits {
         let mut points: Vec<Point> = inputs
             .evaluate
             .iter()
@@ -133,6 +131,27 @@ fn figure_points(inputs: &Inputs) -> Vec<(String, Vec<Point>)> {
             .collect();
         points.sort_by_key(|p| (p.family, p.size));
         sets.push((split, points));
+    }
+    let mut best: BTreeMap<(Family, Size), Point> = BTreeMap::new();
+    for run in &inputs.train {
+        let Some(val) = run.val() else { continue };
+        let point = Point {
+            family: run.family,
+            size: run.size,
+            params: run.summary.params,
+            loss: val.loss,
+            exact_state: val.exact_state,
+        };
+        best.entry((run.family, run.size))
+            .and_modify(|p| {
+                if point.loss < p.loss || (p.loss.is_nan() && !point.loss.is_nan()) {
+                    *p = point;
+                }
+            })
+            .or_insert(point);
+    }
+    if !best.is_empty() {
+        sets.push((validation, best.into_values().collect()));
     }
     sets
 }
@@ -156,6 +175,77 @@ fn rank_notes(inputs: &Inputs) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Adds `table`, or notes it as missing for `reason`.
+fn push_or_missing(
+    tables: &mut Vec<Table>,
+    missing: &mut Vec<MissingTable>,
+    label: &str,
+    table: Option<Table>,
+    reason: &str,
+) {
+    match table {
+        Some(table) => tables.push(table),
+        None => missing.push(MissingTable {
+            label: label.into(),
+            reason: reason.into(),
+        }),
+    }
+}
+
+/// Every table, in index order, and the tables the inputs cannot fill. Drops the evaluations
+/// of floors no selection chose from `inputs` (noting each in `notes`).
+fn build_tables(
+    inputs: &mut Inputs,
+    options: &ReportOptions,
+    notes: &mut Vec<String>,
+    check: &dyn Fn() -> Result<(), ReportError>,
+) -> Result<(Vec<Table>, Vec<MissingTable>), ReportError> {
+    let mut tables = Vec::new();
+    let mut missing = Vec::new();
+    let no_coverage = "no tokenize artifact (coverage.json) among the inputs";
+    push_or_missing(
+        &mut tables,
+        &mut missing,
+        "Table 1",
+        setup::table1(inputs),
+        no_coverage,
+    );
+    tables.push(setup::table2());
+    push_or_missing(
+        &mut tables,
+        &mut missing,
+        "Table 3",
+        setup::table3(inputs),
+        no_coverage,
+    );
+    let counts = if options.param_counts {
+        Some(tables::param_counts()?)
+    } else {
+        None
+    };
+    check()?;
+    notes.extend(tables::keep_chosen_floor_evaluations(inputs));
+    let paper = published::Paper::load()?;
+    let built = tables::paper_tables(inputs, counts.as_ref(), &paper)?;
+    tables.extend(built.tables);
+    missing.extend(built.missing);
+    // The ranking agreement reads the first stage, so it follows Table 5 and its comparison.
+    let after_table5 = tables
+        .iter()
+        .rposition(|t| t.id.starts_with("table5"))
+        .map_or(tables.len(), |i| i + 1);
+    match ranking::ranking_table(inputs, tables::paper_rank) {
+        Some(table) => tables.insert(after_table5, table),
+        None => missing.push(MissingTable {
+            label: "Ranking agreement".into(),
+            reason: "no first-stage train run (schedule none or constant) with a validation \
+                     among the inputs"
+                .into(),
+        }),
+    }
+    Ok((tables, missing))
 }
 
 /// Builds the report from `artifacts` into the empty directory `out`.
@@ -186,18 +276,7 @@ pub fn build_report(
     check()?;
 
     progress.set_message("tables");
-    let mut tables = Vec::new();
-    tables.extend(setup::table3(&inputs));
-    if options.param_counts {
-        tables.push(tables::table4(&tables::param_counts()?));
-    }
-    check()?;
-    tables.extend(tables::table5(&inputs));
-    tables.extend(tables::table6(&inputs));
-    tables.extend(tables::table7(&inputs));
-    tables.extend(tables::table8(&inputs)?);
-    tables.extend(tables::ablation_tables(&inputs)?);
-    tables.extend(tables::bin_tables(&inputs)?);
+    let (tables, missing) = build_tables(&mut inputs, options, &mut notes, &check)?;
     for table in &tables {
         for (ext, text) in [
             ("md", table.markdown()),
@@ -214,30 +293,24 @@ pub fn build_report(
     let mut figure_files = Vec::new();
     if options.figures {
         progress.set_message("figures");
-        for (split, points) in figure_points(&inputs) {
+        let sets = figure_points(&inputs);
+        let mut planned = figures::paper::figure3(&sets);
+        planned.extend(figures::paper::figure4(&sets));
+        planned.extend(figures::curves::training(&inputs));
+        for plan in planned {
             check()?;
-            let safe = tables::file_safe(&split);
-            let spec = FigureSpec::figure3(&split, points.clone());
-            let id = format!("figure3_{safe}");
-            figures::render(&spec, out, &id)?;
+            figures::render(&plan.figure, out, &plan.id)?;
             figure_files.push(FigureFile {
-                id,
-                title: spec.title.clone(),
+                id: plan.id,
+                title: plan.figure.caption,
             });
-            if let Some(spec) = FigureSpec::figure4(&split, &points) {
-                let id = format!("figure4_{safe}");
-                figures::render(&spec, out, &id)?;
-                figure_files.push(FigureFile {
-                    id,
-                    title: spec.title.clone(),
-                });
-            }
         }
     }
     progress.inc(1);
 
     let summary = ReportSummary {
         tables,
+        missing,
         figures: figure_files,
         inputs,
         notes,
@@ -245,6 +318,10 @@ pub fn build_report(
     write_atomic(
         &out.join("index.md"),
         index_markdown(options, &summary).as_bytes(),
+    )?;
+    write_atomic(
+        &out.join(html::HTML_FILE),
+        html::report_html(options, &summary, out)?.as_bytes(),
     )?;
     progress.inc(1);
     Ok(summary)
@@ -254,6 +331,12 @@ pub fn build_report(
 pub fn index_markdown(options: &ReportOptions, summary: &ReportSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {}\n", options.title);
+    let _ = writeln!(
+        out,
+        "The whole report on one page: [{}]({}).\n",
+        html::HTML_FILE,
+        html::HTML_FILE
+    );
     out.push_str("## Tables\n\n");
     if summary.tables.is_empty() {
         out.push_str("No table: none of the inputs feeds one.\n");
@@ -266,6 +349,12 @@ pub fn index_markdown(options: &ReportOptions, summary: &ReportSummary) -> Strin
             t.title,
             id = t.id
         );
+    }
+    if !summary.missing.is_empty() {
+        out.push_str("\nNot built, as the inputs cannot fill them:\n\n");
+        for m in &summary.missing {
+            let _ = writeln!(out, "- {}: {}", m.label, m.reason);
+        }
     }
     out.push_str("\n## Figures\n\n");
     if summary.figures.is_empty() {
@@ -324,7 +413,7 @@ const PARAMS: &[ParamSpec] = &[
         "figures",
         ParamType::Bool,
         ParamDefault::Bool(true),
-        "draw Figures 3 and 4 (SVG and PNG)",
+        "draw Figures 3 and 4 and the training curves (SVG and PNG)",
     ),
     ParamSpec::with_default(
         "param_counts",

@@ -90,12 +90,24 @@ impl Column {
         self
     }
 
-    fn flat_header(&self) -> String {
+    /// The header with its group as a suffix (`Loss (Held-out real games)`), as Markdown and
+    /// CSV print it.
+    pub fn flat_header(&self) -> String {
         match &self.group {
             Some(group) => format!("{} ({group})", self.header),
             None => self.header.clone(),
         }
     }
+}
+
+/// A table the inputs could not fill, listed in `index.md` with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingTable {
+    /// The paper's label, e.g. `Table 5`.
+    pub label: String,
+    /// Why it is absent, e.g. `no first-stage train run and no select artifact among the
+    /// inputs`.
+    pub reason: String,
 }
 
 /// An artifact a table was built from.
@@ -289,11 +301,21 @@ fn md_escape(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
-/// Escapes LaTeX's special characters.
+/// Escapes LaTeX's special characters; `×10⁻⁵` becomes `$\times 10^{-5}$` and a
+/// `` `code` `` span `\texttt{code}`.
 pub fn tex_escape(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    let mut code = false;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        i += 1;
         match c {
+            '`' => {
+                out.push_str(if code { "}" } else { "\\texttt{" });
+                code = !code;
+            }
             '\\' => out.push_str("\\textbackslash{}"),
             '&' | '%' | '$' | '#' | '_' | '{' | '}' => {
                 out.push('\\');
@@ -304,10 +326,50 @@ pub fn tex_escape(text: &str) -> String {
             'β' => out.push_str("$\\beta$"),
             '–' => out.push_str("--"),
             'Δ' => out.push_str("$\\Delta$"),
-            c => out.push(c),
+            '×' => {
+                let (power, used) = power_of_ten(&chars[i..]);
+                out.push_str(&format!("$\\times{power}$"));
+                i += used;
+            }
+            c => match from_superscript(c) {
+                Some(s) => out.push_str(&format!("\\textsuperscript{{{s}}}")),
+                None => out.push(c),
+            },
         }
     }
+    if code {
+        out.push('}');
+    }
     out
+}
+
+/// After a `×`: ` 10^{-5}` and the characters it used when they are `10` and superscript
+/// digits, else nothing.
+fn power_of_ten(rest: &[char]) -> (String, usize) {
+    if rest.len() < 3 || rest[0] != '1' || rest[1] != '0' {
+        return (String::new(), 0);
+    }
+    let exponent: String = rest[2..]
+        .iter()
+        .map_while(|&c| from_superscript(c))
+        .collect();
+    if exponent.is_empty() {
+        return (String::new(), 0);
+    }
+    let used = 2 + exponent.chars().count();
+    (format!(" 10^{{{exponent}}}"), used)
+}
+
+/// A superscript digit, minus or k as its plain character.
+fn from_superscript(c: char) -> Option<char> {
+    const DIGITS: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    match c {
+        '⁻' => return Some('-'),
+        'ᵏ' => return Some('k'),
+        _ => {}
+    }
+    let digit = DIGITS.iter().position(|&d| d == c)?;
+    char::from_digit(u32::try_from(digit).ok()?, 10)
 }
 
 /// Quotes a CSV field when it holds a comma, a quote or a line break (RFC 4180).
@@ -330,6 +392,16 @@ mod tests {
             "slice\\_diag 50\\% \\& \\#1"
         );
         assert_eq!(tex_escape("β2"), "$\\beta$2");
+        assert_eq!(tex_escape("7.65×10⁻⁵"), "7.65$\\times 10^{-5}$");
+        assert_eq!(tex_escape("4.43×10¹⁷ x"), "4.43$\\times 10^{17}$ x");
+        assert_eq!(tex_escape("2×3"), "2$\\times$3");
+        assert_eq!(tex_escape("x²"), "x\\textsuperscript{2}");
+        assert_eq!(tex_escape("0–20"), "0--20");
+        assert_eq!(tex_escape("a.bc×10ᵏ"), "a.bc$\\times 10^{k}$");
+        assert_eq!(
+            tex_escape("split `test_real` and `x"),
+            "split \\texttt{test\\_real} and \\texttt{x}"
+        );
         assert_eq!(csv_field("3e-3, 5k"), "\"3e-3, 5k\"");
         assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
         assert_eq!(csv_field("plain"), "plain");
