@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::Args;
-use cwm_engine::display::Display;
+use clap::{Args, ValueEnum};
+use cwm_engine::display::{Display, ProgressMode};
 use cwm_engine::executor::{Executor, RunOptions};
 use cwm_engine::pipeline::Override;
 
@@ -43,6 +43,31 @@ pub struct RunArgs {
     /// Print a JSON summary {ran, cached, failed, skipped} on stdout.
     #[arg(long)]
     json: bool,
+    /// How to show running stages: `auto` draws live bars when stderr is a terminal and
+    /// prints plain lines otherwise; `plain` always prints plain lines (a start line, and
+    /// for a long stage a progress line every 30 s, or after another 10 % of its work but
+    /// not within 10 s of the last); `none` prints only the line of each finished stage and
+    /// the closing line.
+    #[arg(long, value_enum, default_value_t = ProgressArg::Auto, value_name = "MODE")]
+    progress: ProgressArg,
+}
+
+/// `--progress`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Plain,
+    None,
+}
+
+impl From<ProgressArg> for ProgressMode {
+    fn from(arg: ProgressArg) -> Self {
+        match arg {
+            ProgressArg::Auto => ProgressMode::Auto,
+            ProgressArg::Plain => ProgressMode::Plain,
+            ProgressArg::None => ProgressMode::Off,
+        }
+    }
 }
 
 /// Runs `cwm run`; fails (exit 1) when a stage failed.
@@ -58,7 +83,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<ExitCode> {
         jobs: args.jobs.unwrap_or(ctx.threads),
         keep_going: args.keep_going,
     };
-    let mut display = Display::new(args.json);
+    let mut display = Display::new(args.json, args.progress.into());
     let executor = Executor {
         plan: &plan,
         registry: &ctx.registry,

@@ -1,4 +1,5 @@
-//! `cwm status`: which stages are fresh or stale, and why.
+//! `cwm status`: which stages are fresh or stale, and why: by default a summary, one line per
+//! stage with its instances counted by why they are stale; `--all` lists every instance.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -20,7 +21,10 @@ pub struct StatusArgs {
     set: Vec<Override>,
     #[command(flatten)]
     vars: VarArgs,
-    /// Print a JSON array of {stage, state, reasons}.
+    /// List every instance with its reasons instead of the summary per stage.
+    #[arg(long)]
+    all: bool,
+    /// Print a JSON array of {stage, state, reasons}, one per instance (always the full list).
     #[arg(long)]
     json: bool,
 }
@@ -38,6 +42,16 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();
+    if !args.all {
+        write!(out, "{}", cwm_engine::status::summarize(&statuses))?;
+        if statuses.iter().any(|s| !s.reasons.is_empty()) {
+            writeln!(
+                out,
+                "(`cwm status --all` lists every instance and why it is stale)"
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     for s in &statuses {
         writeln!(out, "{:<6} {}", s.state, s.stage)?;
         for r in &s.reasons {

@@ -27,7 +27,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::Scope;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,7 +36,7 @@ use cwm_stage::{
     StageKind, StageLog, Threads,
 };
 
-use crate::display::{Display, human_duration};
+use crate::display::{Display, Settled, human_duration};
 use crate::freshness::{self, Freshness, IngredientsError, Outputs};
 use crate::key::KeyIngredients;
 use crate::lockfile::{LockEntry, LockError, LockFile};
@@ -79,6 +79,17 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// How it counts in the display's tally.
+    fn settled(&self) -> Settled {
+        match self {
+            Outcome::Cached => Settled::Cached,
+            Outcome::Ran(_) => Settled::Ran,
+            Outcome::Failed(_) => Settled::Failed,
+            Outcome::Skipped(_) => Settled::Skipped,
+            Outcome::WouldRun(_) => Settled::WouldRun,
+        }
+    }
+
     /// The line a run prints for instance `name` with this outcome.
     fn line(&self, name: &str) -> String {
         match self {
@@ -266,9 +277,14 @@ impl Executor<'_> {
         };
         let lock_path = LockFile::path_for(&self.plan.pipeline.base_dir);
         let lock = LockFile::read(&lock_path)?;
+        display.begin(selected.len());
         let mut run = Run::new(self, options, display, lock, selected, forced);
-        run.schedule()?;
+        if let Err(e) = run.schedule() {
+            run.display.end(false);
+            return Err(e);
+        }
         run.skip_unstarted();
+        run.display.end(true);
         run.finish(&lock_path)
     }
 
@@ -349,6 +365,10 @@ enum Decision<'a> {
     /// Start it on a worker.
     Launch(Box<Worker<'a>>),
 }
+
+/// How long the main thread waits for a worker's message before it lets the
+/// display print what fell due (plain progress lines of silent stages).
+const TICK: Duration = Duration::from_secs(1);
 
 /// A message from a worker to the main thread.
 enum Msg {
@@ -441,10 +461,11 @@ impl<'r, 'a> Run<'r, 'a> {
                 if !running {
                     return Ok(());
                 }
-                let Ok(msg) = rx.recv() else {
-                    return Ok(());
-                };
-                self.receive(msg);
+                match rx.recv_timeout(TICK) {
+                    Ok(msg) => self.receive(msg),
+                    Err(RecvTimeoutError::Timeout) => self.display.tick(),
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
             }
         })
     }
@@ -620,15 +641,11 @@ impl<'r, 'a> Run<'r, 'a> {
     /// Handles one message from a worker.
     fn receive(&mut self, msg: Msg) {
         match msg {
-            Msg::Progress(idx, event) => {
-                let name = &self.instance(idx).name;
-                self.display.progress(idx, name, event);
-            }
+            Msg::Progress(idx, event) => self.display.progress(idx, event),
             Msg::Waiting(idx) => {
-                let name = &self.instance(idx).name;
                 let note = "waiting for another cwm process computing the same key";
                 self.display
-                    .progress(idx, name, ProgressEvent::Message(note.into()));
+                    .progress(idx, ProgressEvent::Message(note.into()));
             }
             Msg::Done(idx, result, elapsed) => {
                 if let State::Running { claim } = self.jobs[idx].state {
@@ -640,8 +657,11 @@ impl<'r, 'a> Run<'r, 'a> {
                     }
                     Ok(Finished::Reused(outputs)) => {
                         let line = Outcome::Cached.line(&self.instance(idx).name);
-                        self.display
-                            .finished(idx, &format!("{line} (computed by another cwm process)"));
+                        self.display.finished(
+                            idx,
+                            &format!("{line} (computed by another cwm process)"),
+                            Settled::Cached,
+                        );
                         self.record(idx, State::Done(outputs), Outcome::Cached);
                     }
                     Err(failure) => self.fail(idx, failure),
@@ -653,7 +673,7 @@ impl<'r, 'a> Run<'r, 'a> {
     /// Records `idx`'s outcome and prints its line.
     fn settle(&mut self, idx: usize, state: State, outcome: Outcome) {
         let line = outcome.line(&self.instance(idx).name);
-        self.display.finished(idx, &line);
+        self.display.finished(idx, &line, outcome.settled());
         self.record(idx, state, outcome);
     }
 
@@ -861,6 +881,7 @@ fn save_failed_log(store: &Store, name: &str, log: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::display::ProgressMode;
     use crate::pipeline::{LoadOptions, load_str};
     use crate::test_kinds::registry;
 
@@ -888,7 +909,7 @@ mod tests {
             registry: &registry,
             store: &store,
         };
-        let mut display = Display::new(true);
+        let mut display = Display::new(true, ProgressMode::Off);
         let reports = runs
             .iter()
             .map(|options| executor.run(options, &mut display))

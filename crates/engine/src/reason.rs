@@ -162,6 +162,15 @@ impl StaleReason {
         }
     }
 
+    /// What `cwm status` counts it under in its summary: its category, except
+    /// `upstream` for a producer that is stale itself (the instance waits on it).
+    pub(crate) fn group(&self) -> &'static str {
+        match self {
+            StaleReason::ProducerStale { .. } => "upstream",
+            other => other.category(),
+        }
+    }
+
     /// The text after the category.
     fn detail(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use StaleReason::*;

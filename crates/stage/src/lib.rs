@@ -49,7 +49,7 @@ pub use context::{InputArtifact, StageContext, StageLog};
 pub use decl::{KindDecl, ThreadsDecl};
 pub use error::StageError;
 pub use params::{ParamDefault, ParamSpec, ParamType, ParamTypeError, ParamValue, Params};
-pub use progress::{Progress, ProgressEvent, ProgressSink};
+pub use progress::{Progress, ProgressEvent, ProgressSink, StepMetrics, time_left};
 
 /// How many worker threads a stage instance claims from the executor's budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

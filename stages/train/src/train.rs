@@ -80,7 +80,7 @@ pub struct TrainPaths {
 
 /// Hooks of a run into its surroundings.
 pub struct RunControl<'a> {
-    /// Progress reports (total = steps, one increment per step).
+    /// Progress reports: total = steps, then each step's metrics (step, loss, time left).
     pub progress: &'a cwm_stage::Progress,
     /// Whether to stop now.
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
@@ -327,6 +327,12 @@ struct Trainer<'a> {
     /// Tokens and start of the throughput window of the next logged row.
     window_tokens: u64,
     window_start: Instant,
+    /// The throughput of the last logged row, for the progress display.
+    tokens_per_s: Option<f64>,
+    /// The step this process started from (after a resume, the resumed one) and when, for the
+    /// time left.
+    first_step: u64,
+    stepping_since: Instant,
 }
 
 impl<'a> Trainer<'a> {
@@ -366,6 +372,7 @@ impl<'a> Trainer<'a> {
         ));
         control.progress.set_total(total_steps);
         control.progress.inc(run.step);
+        let run_step = run.step;
         let reader = EpochReader::new(
             epoch_order(&shards, config.data.seed, run.epoch),
             run.position,
@@ -390,6 +397,9 @@ impl<'a> Trainer<'a> {
             reader,
             window_tokens: 0,
             window_start: Instant::now(),
+            tokens_per_s: None,
+            first_step: run_step,
+            stepping_since: Instant::now(),
         })
     }
 
@@ -456,7 +466,7 @@ impl<'a> Trainer<'a> {
         if update.skipped || (log_every > 0 && self.run.step.is_multiple_of(log_every)) {
             self.log_step(loss_value, lr, &update);
         }
-        self.control.progress.inc(1);
+        self.report_step(loss_value);
         let val_every = self.config.schedule.val_every;
         if val_every > 0 && self.run.step.is_multiple_of(val_every) {
             self.validate_now()?;
@@ -546,12 +556,26 @@ impl<'a> Trainer<'a> {
             tokens_per_s,
             skipped: update.skipped,
         });
-        self.control.progress.set_message(format!(
-            "step {} loss {loss_value:.4} {tokens_per_s:.0} tok/s",
-            run.step
-        ));
+        self.tokens_per_s = Some(tokens_per_s);
         self.window_tokens = 0;
         self.window_start = Instant::now();
+    }
+
+    /// Reports this step (the progress position), its loss and the time left (at the rate of
+    /// this process's steps so far, validations included) to the progress display.
+    fn report_step(&self, loss_value: f64) {
+        let eta = cwm_stage::time_left(
+            self.stepping_since.elapsed(),
+            self.run.step.saturating_sub(self.first_step),
+            self.total_steps.saturating_sub(self.first_step),
+        );
+        self.control.progress.set_metrics(cwm_stage::StepMetrics {
+            step: self.run.step,
+            total: self.total_steps,
+            loss: loss_value,
+            tokens_per_s: self.tokens_per_s,
+            eta,
+        });
     }
 
     /// Validates the current model when there is a validation set, and records the row.
