@@ -8,10 +8,14 @@ mod data_stages;
 mod evaluate;
 mod executor;
 mod model_commands;
+mod paper_final;
 mod paper_smoke;
 mod pipeline_errors;
 mod pipeline_vars;
 mod remote;
+mod report_page;
+mod run_progress;
+mod status_summary;
 mod store;
 
 use std::path::{Path, PathBuf};

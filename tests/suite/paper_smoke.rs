@@ -141,6 +141,79 @@ fn ranked(
         .collect()
 }
 
+/// The report's test tables hold the main families and the ablations apart, Table 1 tells
+/// the four splits apart, and the page people open shows every table and figure in a real
+/// browser.
+fn check_report_tables(report: &Path) {
+    let rows = |table: &str| {
+        let text = std::fs::read_to_string(report.join(format!("{table}.md"))).unwrap();
+        text.lines().filter(|l| l.contains("| d128/l1 |")).count()
+    };
+    assert_eq!(rows("table8_test"), 4, "one row per main family");
+    assert_eq!(
+        rows("table9_ablations_test_real"),
+        3,
+        "one row per ablation"
+    );
+    assert_eq!(
+        rows("table10_ablations_test_random"),
+        3,
+        "one row per ablation"
+    );
+    // Table 1 tells the four splits apart by where their games came from.
+    let table1 = std::fs::read_to_string(report.join("table1_splits.md")).unwrap();
+    for split in [
+        "| Real-game train and validation | 350 source games |",
+        "| Held-out real validation |",
+        "| Held-out real test |",
+        "| Random-uniform test | 40 |",
+    ] {
+        assert!(table1.contains(split), "{split} in\n{table1}");
+    }
+
+    // The page people open: every table and figure, in a real browser.
+    let labels = [
+        "Table 1",
+        "Table 2",
+        "Table 3",
+        "Table 4",
+        "Table 5",
+        "Table 6",
+        "Table 7",
+        "Table 8",
+        "Table 9",
+        "Table 10",
+        "Table 11",
+        "Table 12",
+        "Ranking agreement",
+    ];
+    let figures = std::fs::read_dir(report)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "svg")
+        })
+        .count();
+    assert!(figures >= 2, "figures 3 and 4 at least");
+    // A training-curve figure per family, all 7 trained at d128.
+    for family in [
+        "transformer",
+        "slice",
+        "slice_diag",
+        "mamba3",
+        "mamba2",
+        "gdn",
+        "gdn_pos",
+    ] {
+        let curve = report.join(format!("training_{family}.svg"));
+        assert!(curve.is_file(), "{} is missing", curve.display());
+    }
+    super::report_page::check(report, &labels, figures);
+}
+
 #[test]
 fn the_paper_pipeline_runs_end_to_end_on_the_smoke_vars() {
     let ws = paper_workspace();
@@ -208,9 +281,7 @@ fn the_paper_pipeline_runs_end_to_end_on_the_smoke_vars() {
         7 * 2,
         "{index}"
     );
-    let table8 = std::fs::read_to_string(report.join("table8_test.md")).unwrap();
-    let rows = table8.lines().filter(|l| l.contains("| d128 |")).count();
-    assert_eq!(rows, 7, "one row per family:\n{table8}");
+    check_report_tables(&report);
 
     // Nothing reruns.
     let again: Value = serde_json::from_str(&smoke(&ws, &["run", "--json"])).unwrap();
