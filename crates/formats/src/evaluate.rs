@@ -47,7 +47,9 @@ pub struct EvaluateSummary {
     pub games: u64,
     /// Valid steps evaluated (t = 0 included).
     pub steps: u64,
-    /// Σ cross-entropy / (75 · steps): the reference's `loss`.
+    /// Σ cross-entropy / (75 · steps): the reference's `loss`. Infinite or NaN when the model
+    /// diverged, written as `"inf"` or `"NaN"` ([`crate::float`]).
+    #[serde(with = "crate::float")]
     pub loss: f64,
     /// Mean fraction of correct labels over valid steps (`partial_exact`).
     pub labelwise: f64,

@@ -25,6 +25,7 @@
 pub mod bins;
 mod de;
 pub mod evaluate;
+pub mod float;
 pub mod fs;
 pub mod labels;
 pub mod select;
