@@ -8,7 +8,7 @@ use cwm_models::{Family, Size};
 
 use crate::inputs::{Inputs, TrainRun, ValMetrics};
 use crate::table::{Cell, Column, Table};
-use crate::tables::{family_cell, sources};
+use crate::tables::{family_cell, size_cell, sources};
 
 /// The paper's counts: cells whose validation-loss winner is the ExactState winner, the
 /// Labelwise winner, and the cells compared.
@@ -80,7 +80,7 @@ pub fn ranking_table(inputs: &Inputs, order: impl Fn(Family) -> usize) -> Option
         lw += u32::from(a.labelwise);
         rows.push(vec![
             family_cell(*family),
-            Cell::text(size.name()),
+            size_cell(*size),
             Cell::text(a.runs.to_string()),
             yes_no(a.exact_state),
             yes_no(a.labelwise),
