@@ -1,7 +1,8 @@
 //! `pipeline.paper-final.yaml`: the 28 final models straight from the paper's Table 7. The
 //! plan the binary builds is checked against the published Table 7 the report carries
 //! (`stages/report/paper/table7.csv`): every main model's hyperparameters and floor, each
-//! ablation with its full family's row, and each evaluation bound to exactly its model.
+//! ablation with its full family's row, and each evaluation bound to exactly its model. Its
+//! smoke vars (`pipeline.paper-final.smoke.yaml`) run the same file end to end on a CPU.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -120,4 +121,66 @@ fn the_final_pipeline_trains_the_papers_table7_models() {
             (&params["arch"], &params["size"])
         );
     }
+}
+
+/// `cwm ARGS` on pipeline.paper-final.yaml with its smoke vars (`run` takes the pipeline as
+/// its argument, `show` as `-p`).
+fn final_smoke(ws: &Workspace, args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    if args[0] == "run" {
+        all.insert(1, PIPELINE);
+    } else {
+        all.extend(["-p", PIPELINE]);
+    }
+    all.extend(["--vars", SMOKE]);
+    ws.ok(&all)
+}
+
+const SMOKE: &str = "pipeline.paper-final.smoke.yaml";
+
+#[test]
+fn the_final_pipeline_runs_end_to_end_on_its_smoke_vars() {
+    let ws = Workspace::new("paper-final-smoke");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(ws.dir.join("data")).unwrap();
+    for file in [PIPELINE, SMOKE, "data/lichess_db_1000k.pgn.zst"] {
+        std::fs::copy(repo.join(file), ws.dir.join(file))
+            .unwrap_or_else(|e| panic!("copy {file}: {e}"));
+    }
+    final_smoke(&ws, &["run"]);
+    let shown = final_smoke(&ws, &["show", "report"]);
+    let report = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("path: "))
+        .map(Path::new)
+        .expect("the report's path");
+    let read = |id: &str| std::fs::read_to_string(report.join(format!("{id}.md"))).unwrap();
+    // The trained models carry the smoke cells' hyperparameters, as Table 7 prints them.
+    let table7 = read("table7_final_hparams");
+    for row in [
+        "| Transformer | d128/l1 | 0.003 | 4 | 0.95 | 0 | 0.1 |",
+        "| SLiCE | d128/l1 | 0.001 | 8 | 0.999 | 0.01 | 0.1 |",
+        "| Diagonal SLiCE | d128/l1 | 0.001 | 8 | 0.999 | 0.01 | 0.1 |",
+    ] {
+        assert!(table7.contains(row), "{row} in\n{table7}");
+    }
+    let rows = |id: &str| {
+        read(id)
+            .lines()
+            .filter(|l| l.contains("| d128/l1 |"))
+            .count()
+    };
+    assert_eq!(rows("table8_test"), 2);
+    assert_eq!(rows("table9_ablations_test_real"), 1);
+    assert_eq!(rows("table10_ablations_test_random"), 1);
+    // Without a sweep, the first-stage tables are listed as not built, never dropped silently.
+    let index = std::fs::read_to_string(report.join("index.md")).unwrap();
+    assert!(
+        index.contains("- Table 5: no first-stage train run"),
+        "{index}"
+    );
+    assert!(
+        index.contains("- Ranking agreement: no first-stage train run"),
+        "{index}"
+    );
 }
