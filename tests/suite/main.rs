@@ -39,6 +39,34 @@ impl Workspace {
         Workspace { dir }
     }
 
+    /// A fresh workspace holding copies of the repository's `files` (paths relative to the
+    /// repository root, kept relative here).
+    pub fn with_repo_files(name: &str, files: &[&str]) -> Self {
+        let ws = Workspace::new(name);
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for file in files {
+            let to = ws.dir.join(file);
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent).expect("create dir");
+            }
+            std::fs::copy(repo.join(file), &to).unwrap_or_else(|e| panic!("copy {file}: {e}"));
+        }
+        ws
+    }
+
+    /// `cwm ARGS` on `pipeline` with the vars file `vars`, asserting success: `run` takes the
+    /// pipeline as its argument, the other commands as `-p`.
+    pub fn ok_with_vars(&self, pipeline: &str, vars: &str, args: &[&str]) -> String {
+        let mut all = args.to_vec();
+        if args[0] == "run" {
+            all.insert(1, pipeline);
+        } else {
+            all.extend(["-p", pipeline]);
+        }
+        all.extend(["--vars", vars]);
+        self.ok(&all)
+    }
+
     /// Writes `pipeline.yaml`.
     pub fn pipeline(&self, text: &str) -> &Self {
         self.write("pipeline.yaml", text);

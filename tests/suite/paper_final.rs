@@ -66,9 +66,7 @@ fn table7() -> BTreeMap<(String, String), [f64; 5]> {
 
 #[test]
 fn the_final_pipeline_trains_the_papers_table7_models() {
-    let ws = Workspace::new("paper-final");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::copy(repo.join(PIPELINE), ws.dir.join(PIPELINE)).unwrap();
+    let ws = Workspace::with_repo_files("paper-final", &[PIPELINE]);
     let (nodes, edges) = graph(&ws.ok(&["dag", PIPELINE]));
     let published = table7();
     assert_eq!(published.len(), 16);
@@ -123,32 +121,16 @@ fn the_final_pipeline_trains_the_papers_table7_models() {
     }
 }
 
-/// `cwm ARGS` on pipeline.paper-final.yaml with its smoke vars (`run` takes the pipeline as
-/// its argument, `show` as `-p`).
-fn final_smoke(ws: &Workspace, args: &[&str]) -> String {
-    let mut all = args.to_vec();
-    if args[0] == "run" {
-        all.insert(1, PIPELINE);
-    } else {
-        all.extend(["-p", PIPELINE]);
-    }
-    all.extend(["--vars", SMOKE]);
-    ws.ok(&all)
-}
-
 const SMOKE: &str = "pipeline.paper-final.smoke.yaml";
 
 #[test]
 fn the_final_pipeline_runs_end_to_end_on_its_smoke_vars() {
-    let ws = Workspace::new("paper-final-smoke");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::create_dir_all(ws.dir.join("data")).unwrap();
-    for file in [PIPELINE, SMOKE, "data/lichess_db_1000k.pgn.zst"] {
-        std::fs::copy(repo.join(file), ws.dir.join(file))
-            .unwrap_or_else(|e| panic!("copy {file}: {e}"));
-    }
-    final_smoke(&ws, &["run"]);
-    let shown = final_smoke(&ws, &["show", "report"]);
+    let ws = Workspace::with_repo_files(
+        "paper-final-smoke",
+        &[PIPELINE, SMOKE, "data/lichess_db_1000k.pgn.zst"],
+    );
+    ws.ok_with_vars(PIPELINE, SMOKE, &["run"]);
+    let shown = ws.ok_with_vars(PIPELINE, SMOKE, &["show", "report"]);
     let report = shown
         .lines()
         .find_map(|l| l.trim().strip_prefix("path: "))

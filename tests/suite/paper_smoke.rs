@@ -17,27 +17,12 @@ const SAMPLE: &str = "data/lichess_db_1000k.pgn.zst";
 
 /// A workspace holding the repository's paper pipeline, its smoke vars and the sample games.
 fn paper_workspace() -> Workspace {
-    let ws = Workspace::new("paper-smoke");
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::create_dir_all(ws.dir.join("data")).unwrap();
-    for file in [PIPELINE, SMOKE, SAMPLE] {
-        std::fs::copy(repo.join(file), ws.dir.join(file))
-            .unwrap_or_else(|e| panic!("copy {file}: {e}"));
-    }
-    ws
+    Workspace::with_repo_files("paper-smoke", &[PIPELINE, SMOKE, SAMPLE])
 }
 
-/// `cwm ARGS` on pipeline.paper.yaml with the smoke vars, asserting success (`run` takes the
-/// pipeline as its argument, `show` as `-p`).
+/// `cwm ARGS` on pipeline.paper.yaml with the smoke vars, asserting success.
 fn smoke(ws: &Workspace, args: &[&str]) -> String {
-    let mut all = args.to_vec();
-    if args[0] == "run" {
-        all.insert(1, PIPELINE);
-    } else {
-        all.extend(["-p", PIPELINE]);
-    }
-    all.extend(["--vars", SMOKE]);
-    ws.ok(&all)
+    ws.ok_with_vars(PIPELINE, SMOKE, args)
 }
 
 /// Every instance of `stage` with the data directory of its one output (from `cwm show`).

@@ -56,24 +56,17 @@ fn class_of(align: Align) -> &'static str {
 
 /// The header row of column groups, when the table has any.
 fn group_row(table: &Table) -> String {
-    if table.columns.iter().all(|c| c.group.is_none()) {
+    let Some(spans) = table.group_spans() else {
         return String::new();
-    }
+    };
     let mut out = String::from("<tr>");
-    let mut i = 0;
-    while i < table.columns.len() {
-        let group = &table.columns[i].group;
-        let mut j = i + 1;
-        while j < table.columns.len() && &table.columns[j].group == group {
-            j += 1;
-        }
+    for span in spans {
         let _ = write!(
             out,
             "<th colspan=\"{}\" class=\"group\">{}</th>",
-            j - i,
-            group.as_deref().map(escape).unwrap_or_default()
+            span.len,
+            span.group.map(escape).unwrap_or_default()
         );
-        i = j;
     }
     out.push_str("</tr>");
     out

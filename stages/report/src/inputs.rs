@@ -9,7 +9,6 @@
 //! and field named. A train artifact's `val.parquet` is optional (a run without it has no
 //! training curve), but a malformed one fails the report too.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
@@ -163,58 +162,6 @@ pub struct Inputs {
     pub bins: Vec<BinResult>,
     /// Every input artifact with the kind it was recognised as (`None`: ignored).
     pub listed: Vec<(Origin, Option<&'static str>)>,
-}
-
-impl Inputs {
-    /// Applies the paper's best-floor rule: where a select artifact chose one second-stage
-    /// (cosine) run of a family × size, only that run's evaluations and their prefix bins feed
-    /// the test tables; the evaluations of the other runs of the cell are dropped. The train
-    /// runs themselves stay (the floor comparison shows both). Returns one note per dropped
-    /// evaluation, naming it and the chosen run.
-    pub fn keep_chosen_floors(&mut self) -> Vec<String> {
-        let cosine: BTreeMap<&str, &TrainRun> = self
-            .train
-            .iter()
-            .filter(|r| r.is_cosine())
-            .map(|r| (r.origin.hash.as_str(), r))
-            .collect();
-        let chosen: BTreeMap<(Family, Size), (&str, &str)> = self
-            .select
-            .iter()
-            .filter_map(|c| {
-                let run = cosine.get(c.choice.train_hash.as_str())?;
-                Some((
-                    (run.family, run.size),
-                    (run.origin.hash.as_str(), run.origin.instance.as_str()),
-                ))
-            })
-            .collect();
-        let mut notes = Vec::new();
-        let mut dropped = BTreeSet::new();
-        self.evaluate.retain(|e| {
-            let Some(model) = e.summary.model_hash.as_deref() else {
-                return true;
-            };
-            match chosen.get(&(e.family, e.size)) {
-                Some(&(hash, instance)) if cosine.contains_key(model) && model != hash => {
-                    notes.push(format!(
-                        "{} is left out of the test tables: the selected run of {} {} is {instance}",
-                        e.origin.instance, e.family, e.size
-                    ));
-                    dropped.insert(e.origin.hash.clone());
-                    false
-                }
-                _ => true,
-            }
-        });
-        self.bins.retain(|b| {
-            b.summary
-                .evaluate_hash
-                .as_ref()
-                .is_none_or(|h| !dropped.contains(h))
-        });
-        notes
-    }
 }
 
 /// The kinds the report reads.

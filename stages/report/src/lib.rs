@@ -271,7 +271,6 @@ pub fn build_report(
     progress.set_message("reading inputs");
     let mut inputs = read_inputs(artifacts)?;
     let mut notes = rank_notes(&inputs);
-    notes.extend(inputs.keep_chosen_floors());
     progress.inc(1);
     check()?;
 

@@ -121,6 +121,17 @@ pub struct Source {
     pub hash: String,
 }
 
+/// A run of adjacent columns under one group header (or under none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSpan<'a> {
+    /// The group header, `None` for columns outside any group.
+    pub group: Option<&'a str>,
+    /// Index of the span's first column.
+    pub first: usize,
+    /// Number of columns it spans.
+    pub len: usize,
+}
+
 /// A table ready to render.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
@@ -141,6 +152,27 @@ pub struct Table {
 }
 
 impl Table {
+    /// The column groups as spans of adjacent columns, left to right; `None` when no column
+    /// has a group (the header then has one row).
+    pub fn group_spans(&self) -> Option<Vec<GroupSpan<'_>>> {
+        if self.columns.iter().all(|c| c.group.is_none()) {
+            return None;
+        }
+        let mut spans: Vec<GroupSpan<'_>> = Vec::new();
+        for (i, column) in self.columns.iter().enumerate() {
+            let group = column.group.as_deref();
+            match spans.last_mut() {
+                Some(span) if span.group == group => span.len += 1,
+                _ => spans.push(GroupSpan {
+                    group,
+                    first: i,
+                    len: 1,
+                }),
+            }
+        }
+        Some(spans)
+    }
+
     /// The Markdown rendering.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
@@ -195,28 +227,25 @@ impl Table {
             tex_escape(&self.id)
         );
         let _ = writeln!(out, "\\begin{{tabular}}{{{spec}}}\n\\toprule");
-        if self.columns.iter().any(|c| c.group.is_some()) {
+        if let Some(spans) = self.group_spans() {
             let mut cells = Vec::new();
             let mut rules = Vec::new();
-            let mut i = 0;
-            while i < self.columns.len() {
-                let group = &self.columns[i].group;
-                let mut j = i + 1;
-                while j < self.columns.len() && &self.columns[j].group == group {
-                    j += 1;
-                }
-                match group {
+            for span in spans {
+                match span.group {
                     Some(name) => {
                         cells.push(format!(
                             "\\multicolumn{{{}}}{{c}}{{{}}}",
-                            j - i,
+                            span.len,
                             tex_escape(name)
                         ));
-                        rules.push(format!("\\cmidrule(lr){{{}-{}}}", i + 1, j));
+                        rules.push(format!(
+                            "\\cmidrule(lr){{{}-{}}}",
+                            span.first + 1,
+                            span.first + span.len
+                        ));
                     }
-                    None => cells.extend(std::iter::repeat_n(String::new(), j - i)),
+                    None => cells.extend(std::iter::repeat_n(String::new(), span.len)),
                 }
-                i = j;
             }
             let _ = writeln!(out, "{} \\\\", cells.join(" & "));
             let _ = writeln!(out, "{}", rules.join(" "));

@@ -940,18 +940,8 @@ fn curve_fixtures() -> Fixtures {
     for (artifact, rows) in [(0, 5), (1, 6), (2, 7), (3, 3)] {
         write_val_history(&f, artifact, rows, 2.0);
     }
-    let slice_01 = f.artifacts[2].hash.clone();
-    let selected = json!({"kind": "select", "metric": "final_val_loss", "choices": [
-        {"arch": "slice", "size": "d128", "instance": f.artifacts[2].producer,
-         "train_hash": slice_01, "hparams": {"lr": 0.001, "beta2": 0.999,
-         "weight_decay": 0.01, "warmup_steps": 20000}, "val_loss": 0.2, "exact_state": 0.5,
-         "labelwise": 0.95, "trajectory": 0.02}]});
-    f.add(
-        "select_floor",
-        "select",
-        &[],
-        &[("selected.json", pretty(&selected))],
-    );
+    let chosen = choice_of(&f, 2, 1);
+    add_select(&mut f, "select_floor", vec![chosen]);
     f
 }
 
@@ -1163,17 +1153,8 @@ fn a_floor_selection_keeps_only_the_chosen_runs_evaluation() {
             "trajectory": 0.0});
         f.add(name, "evaluate", &[], &[("summary.json", pretty(&summary))]);
     }
-    let selected = json!({"kind": "select", "metric": "final_val_loss", "choices": [
-        {"arch": "slice", "size": "d128", "instance": f.artifacts[3].producer,
-         "train_hash": floor_001, "hparams": {"lr": 0.001, "beta2": 0.999,
-         "weight_decay": 0.01, "warmup_steps": 20000}, "val_loss": 0.2, "exact_state": 0.52,
-         "labelwise": 0.951, "trajectory": 0.025}]});
-    f.add(
-        "select_floor",
-        "select",
-        &[],
-        &[("selected.json", pretty(&selected))],
-    );
+    let chosen = choice_of(&f, 3, 1);
+    add_select(&mut f, "select_floor", vec![chosen]);
     let out = TempDir::new("floors-out");
     let summary = f.build(&out.0, &quick()).unwrap();
     assert_eq!(summary.inputs.evaluate.len(), 1);
