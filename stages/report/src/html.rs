@@ -19,7 +19,7 @@ border-bottom:1px solid #ddd;padding-bottom:.2rem}h3{font-size:1.05rem;margin-to
 nav ol{columns:2;font-size:.92rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem}
 th,td{padding:.22rem .6rem;border-bottom:1px solid #e3e3e3;vertical-align:top}
-thead th{border-bottom:2px solid #555;background:#f7f7f7}
+thead th{border-bottom:2px solid #555;background:#f7f7f7;white-space:nowrap}
 th.group{border-bottom:1px solid #999;text-align:center}
 td.r,th.r{text-align:right;font-variant-numeric:tabular-nums}
 tbody tr:hover{background:#f3f7ff}
@@ -42,6 +42,20 @@ pub fn escape(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes `text` and sets its Markdown code spans (`` `sweep[...]` ``) as `<code>`, for the
+/// notes, which are written for Markdown.
+fn prose(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, part) in escape(text).split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            out.push_str(part);
         }
     }
     out
@@ -106,7 +120,7 @@ pub fn table_html(table: &Table) -> String {
     }
     out.push_str("</tbody></table></div>\n");
     for note in &table.notes {
-        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", prose(note));
     }
     out.push_str(&sources_html(table));
     let _ = writeln!(
@@ -199,7 +213,7 @@ fn list_html(heading: &str, id: &str, items: &[String]) -> String {
     }
     let mut out = format!("<h2 id=\"{id}\">{}</h2>\n<ul>\n", escape(heading));
     for item in items {
-        let _ = writeln!(out, "<li>{}</li>", escape(item));
+        let _ = writeln!(out, "<li>{}</li>", prose(item));
     }
     out.push_str("</ul>\n");
     out
@@ -283,6 +297,10 @@ mod tests {
     #[test]
     fn escaping_and_svg_inlining() {
         assert_eq!(escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+        assert_eq!(
+            prose("run `a<b` chose `c`."),
+            "run <code>a&lt;b</code> chose <code>c</code>."
+        );
         assert_eq!(
             inline_svg("<?xml version=\"1.0\"?>\n<svg width=\"1\"></svg>"),
             "<svg width=\"1\"></svg>"
