@@ -1,5 +1,5 @@
 //! What a running stage is given: params, input artifacts, output directories,
-//! a thread budget, a log and a progress handle.
+//! a thread budget, the GPUs assigned to it, a log and a progress handle.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -66,6 +66,40 @@ impl StageLog {
     }
 }
 
+/// The environment variable that restricts and renumbers the GPUs CUDA sees.
+const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The CUDA device ordinal of the first of `gpus` when the process's `CUDA_VISIBLE_DEVICES`
+/// is `visible` (`None`: unset): the position of the id in that comma-separated list (entries
+/// trimmed; one that is not a number, such as a GPU UUID, matches no id), or the id itself when
+/// the variable is unset. `None` when `gpus` is empty or the list lacks the id.
+///
+/// ```
+/// use cwm_stage::cuda_ordinal_in;
+///
+/// assert_eq!(cuda_ordinal_in(&[5], Some("2,5")), Some(1));
+/// assert_eq!(cuda_ordinal_in(&[5], None), Some(5));
+/// assert_eq!(cuda_ordinal_in(&[3], Some("2,5")), None);
+/// ```
+pub fn cuda_ordinal_in(gpus: &[u32], visible: Option<&str>) -> Option<u32> {
+    let &gpu = gpus.first()?;
+    let Some(visible) = visible else {
+        return Some(gpu);
+    };
+    let position = visible
+        .split(',')
+        .position(|entry| entry.trim().parse::<u32>() == Ok(gpu))?;
+    u32::try_from(position).ok()
+}
+
+/// `requested` with a bare `cuda` made `cuda:<ordinal>` when there is an ordinal.
+fn device_with_ordinal(requested: &str, ordinal: Option<u32>) -> String {
+    match ordinal {
+        Some(ordinal) if requested == "cuda" => format!("cuda:{ordinal}"),
+        _ => requested.to_owned(),
+    }
+}
+
 /// Everything a running stage may use. Built by the executor.
 #[derive(Debug)]
 pub struct StageContext {
@@ -79,6 +113,7 @@ pub struct StageContext {
     log: StageLog,
     cancelled: Arc<AtomicBool>,
     partial: Option<PathBuf>,
+    gpus: Vec<u32>,
 }
 
 impl StageContext {
@@ -107,7 +142,37 @@ impl StageContext {
             log,
             cancelled,
             partial: None,
+            gpus: Vec::new(),
         }
+    }
+
+    /// The same context with these GPUs assigned (see [`StageContext::gpus`]).
+    pub fn with_gpus(self, gpus: Vec<u32>) -> Self {
+        Self { gpus, ..self }
+    }
+
+    /// The physical ids of the GPUs the executor assigned to this stage, as CUDA numbers
+    /// them (the numbers `CUDA_VISIBLE_DEVICES` lists); empty when none is assigned or the
+    /// assignment is not known. A kind claims GPUs with [`GpusDecl`](crate::GpusDecl).
+    pub fn gpus(&self) -> &[u32] {
+        &self.gpus
+    }
+
+    /// The CUDA device ordinal, within this process, of the first assigned GPU: its position
+    /// in this process's `CUDA_VISIBLE_DEVICES` when that is set (`2,5` and GPU 5 give 1),
+    /// else the id itself. `None` when no GPU is assigned or the visible list lacks it. See
+    /// [`cuda_ordinal_in`].
+    pub fn cuda_ordinal(&self) -> Option<u32> {
+        let visible = std::env::var_os(CUDA_VISIBLE_DEVICES);
+        let visible = visible.as_ref().map(|v| v.to_string_lossy());
+        cuda_ordinal_in(&self.gpus, visible.as_deref())
+    }
+
+    /// The device a stage whose device param says `requested` runs on: `cuda:<ordinal>` (of
+    /// [`StageContext::cuda_ordinal`]) when `requested` is `cuda` (no index) and a GPU is
+    /// assigned; otherwise `requested` as written (`cpu`, or an explicit `cuda:N`).
+    pub fn assigned_device(&self, requested: &str) -> String {
+        device_with_ordinal(requested, self.cuda_ordinal())
     }
 
     /// The same context with a partial-state directory (see [`StageContext::partial_dir`]).
@@ -207,5 +272,77 @@ impl StageContext {
     /// this between units of work and return [`StageError::Cancelled`].
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> StageContext {
+        StageContext::new(
+            "t",
+            Params::new(),
+            BTreeMap::new(),
+            BTreeMap::new(),
+            PathBuf::from("."),
+            1,
+            Progress::disabled(),
+            StageLog::discard(),
+            Arc::new(AtomicBool::new(false)),
+        )
+    }
+
+    #[test]
+    fn gpus_are_none_until_assigned() {
+        let ctx = context();
+        assert!(ctx.gpus().is_empty());
+        assert_eq!(
+            ctx.cuda_ordinal(),
+            None,
+            "whatever CUDA_VISIBLE_DEVICES says"
+        );
+        assert_eq!(ctx.assigned_device("cuda"), "cuda");
+        assert_eq!(ctx.assigned_device("cpu"), "cpu");
+        let ctx = ctx.with_gpus(vec![5, 2]);
+        assert_eq!(ctx.gpus(), [5, 2]);
+        let ctx = ctx.with_partial_dir(PathBuf::from("p"));
+        assert_eq!(ctx.gpus(), [5, 2], "kept by the other builders");
+        assert_eq!(ctx.partial_dir(), Some(Path::new("p")));
+    }
+
+    #[test]
+    fn the_ordinal_is_the_position_in_the_visible_list() {
+        assert_eq!(cuda_ordinal_in(&[5], Some("2,5")), Some(1));
+        assert_eq!(cuda_ordinal_in(&[2], Some("2,5")), Some(0));
+        assert_eq!(
+            cuda_ordinal_in(&[5, 2], Some("2,5")),
+            Some(1),
+            "the first GPU"
+        );
+        assert_eq!(cuda_ordinal_in(&[7], Some(" 3 , 7 ")), Some(1), "trimmed");
+        assert_eq!(cuda_ordinal_in(&[3], Some("2,5")), None, "not visible");
+        assert_eq!(cuda_ordinal_in(&[0], Some("")), None, "nothing visible");
+        assert_eq!(
+            cuda_ordinal_in(&[1], Some("GPU-0a1b,1")),
+            Some(1),
+            "a UUID entry still takes its place"
+        );
+        assert_eq!(cuda_ordinal_in(&[], Some("0,1")), None, "no GPU assigned");
+    }
+
+    #[test]
+    fn without_a_visible_list_the_ordinal_is_the_id() {
+        assert_eq!(cuda_ordinal_in(&[3], None), Some(3));
+        assert_eq!(cuda_ordinal_in(&[0, 1], None), Some(0));
+        assert_eq!(cuda_ordinal_in(&[], None), None);
+    }
+
+    #[test]
+    fn only_a_bare_cuda_takes_the_assigned_ordinal() {
+        assert_eq!(device_with_ordinal("cuda", Some(1)), "cuda:1");
+        assert_eq!(device_with_ordinal("cuda", None), "cuda");
+        assert_eq!(device_with_ordinal("cuda:0", Some(1)), "cuda:0", "explicit");
+        assert_eq!(device_with_ordinal("cpu", Some(1)), "cpu");
     }
 }

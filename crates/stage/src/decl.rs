@@ -1,14 +1,15 @@
-//! What a stage kind declares about itself, as data: [`KindDecl`] and [`ThreadsDecl`].
+//! What a stage kind declares about itself, as data: [`KindDecl`], [`ThreadsDecl`] and
+//! [`GpusDecl`].
 
-use crate::{InputsDecl, ParamDefault, ParamSpec, Params, Threads};
+use crate::{InputsDecl, ParamDefault, ParamSpec, ParamValue, Params, Threads};
 
 /// Everything a stage kind declares except its code: its name, what it does, the params and
-/// inputs it takes, the outputs it writes and the threads it claims. A kind writes it once as
-/// a `const` and returns it from [`StageKind::decl`](crate::StageKind::decl); the trait's
-/// provided methods (`name`, `params`, `threads`, ...) read it.
+/// inputs it takes, the outputs it writes, and the threads and GPUs it claims. A kind writes it
+/// once as a `const` and returns it from [`StageKind::decl`](crate::StageKind::decl); the
+/// trait's provided methods (`name`, `params`, `threads`, `gpus`, ...) read it.
 ///
 /// Built with [`KindDecl::new`] and the `const` setters below, which start from no params,
-/// no extra params, no inputs, the one output `out` and one thread:
+/// no extra params, no inputs, the one output `out`, one thread and no GPU:
 ///
 /// ```
 /// use cwm_stage::{InputSpec, InputsDecl, KindDecl, ParamSpec, ParamType, ThreadsDecl};
@@ -37,11 +38,13 @@ pub struct KindDecl {
     pub outputs: &'static [&'static str],
     /// How many threads an instance claims.
     pub threads: ThreadsDecl,
+    /// How many GPUs an instance claims.
+    pub gpus: GpusDecl,
 }
 
 impl KindDecl {
-    /// A kind named `name`, described by `doc`, with no params or inputs, the one output `out`
-    /// and one thread.
+    /// A kind named `name`, described by `doc`, with no params or inputs, the one output `out`,
+    /// one thread and no GPU.
     pub const fn new(name: &'static str, doc: &'static str) -> Self {
         Self {
             name,
@@ -51,6 +54,7 @@ impl KindDecl {
             inputs: InputsDecl::None,
             outputs: &["out"],
             threads: ThreadsDecl::Fixed(1),
+            gpus: GpusDecl::None,
         }
     }
 
@@ -80,6 +84,27 @@ impl KindDecl {
     /// The same declaration with this thread claim.
     pub const fn threads(self, threads: ThreadsDecl) -> Self {
         Self { threads, ..self }
+    }
+
+    /// The same declaration with this GPU claim.
+    pub const fn gpus(self, gpus: GpusDecl) -> Self {
+        Self { gpus, ..self }
+    }
+
+    /// How many GPUs an instance with these params claims (see [`GpusDecl`]).
+    pub fn gpu_claim(&self, params: &Params) -> u32 {
+        match self.gpus {
+            GpusDecl::None => 0,
+            GpusDecl::CudaParam(name) => {
+                let declared = self.params.iter().find(|p| p.name == name);
+                let value = match (params.get(name), declared.map(|p| p.default)) {
+                    (Some(ParamValue::Str(value)), _) => value.as_str(),
+                    (None, Some(ParamDefault::Str(value))) => value,
+                    _ => return 0,
+                };
+                u32::from(is_cuda_device(value))
+            }
+        }
     }
 
     /// How many threads an instance with these params claims.
@@ -115,4 +140,22 @@ pub enum ThreadsDecl {
     Param,
     /// Computed from the instance's params by this function.
     Custom(fn(&Params) -> Threads),
+}
+
+/// How many GPUs a stage kind's instances claim from the executor, which gives each running
+/// instance its own ([`StageContext::gpus`](crate::StageContext::gpus)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpusDecl {
+    /// None: the kind never runs on a GPU.
+    #[default]
+    None,
+    /// One GPU when the named string param's value is `cuda` or starts with `cuda:`, else
+    /// none. Without a value it is the declared param's default; a param that is not a string
+    /// claims none.
+    CudaParam(&'static str),
+}
+
+/// Whether a device name (a `device` param) names a CUDA device: `cuda` or `cuda:...`.
+fn is_cuda_device(name: &str) -> bool {
+    name == "cuda" || name.starts_with("cuda:")
 }

@@ -8,15 +8,17 @@
 //! - A [`StageKind`] is a reusable kind of step (`parse`, `train`, `command`,
 //!   ...). Its declaration, a [`KindDecl`] written as a `const`, names its typed
 //!   parameters ([`ParamSpec`]), the inputs it takes ([`InputsDecl`]), the named
-//!   outputs it writes and the threads it claims ([`ThreadsDecl`]); its code is a
+//!   outputs it writes, the threads it claims ([`ThreadsDecl`]) and the GPUs it claims
+//!   ([`GpusDecl`]); its code is a
 //!   [fingerprint](StageKind::fingerprint) that joins the cache key and
 //!   [`run`](StageKind::run).
 //! - The executor validates parameters against the declaration before
 //!   anything runs, so [`StageKind::run`] receives well-typed [`Params`].
 //! - A running stage sees only a [`StageContext`]: its params, its input
 //!   artifact directories (read-only by convention), one fresh directory per
-//!   output, a thread budget, a log and a [`Progress`] handle. It never touches
-//!   the store or the pipeline file.
+//!   output, a thread budget, the GPUs the executor assigned it
+//!   ([`StageContext::gpus`], [`StageContext::cuda_ordinal`]), a log and a [`Progress`]
+//!   handle. It never touches the store or the pipeline file.
 //!
 //! ```
 //! use cwm_stage::{KindDecl, ParamSpec, ParamType, StageContext, StageError, StageKind};
@@ -45,8 +47,8 @@ mod error;
 mod params;
 mod progress;
 
-pub use context::{InputArtifact, StageContext, StageLog};
-pub use decl::{KindDecl, ThreadsDecl};
+pub use context::{InputArtifact, StageContext, StageLog, cuda_ordinal_in};
+pub use decl::{GpusDecl, KindDecl, ThreadsDecl};
 pub use error::StageError;
 pub use params::{ParamDefault, ParamSpec, ParamType, ParamTypeError, ParamValue, Params};
 pub use progress::{Progress, ProgressEvent, ProgressSink, StepMetrics, time_left};
@@ -136,7 +138,7 @@ impl InputSpec {
 /// The provided methods read the declaration, for the executor; kinds do not override them,
 /// except [`external_files`](StageKind::external_files), which is code.
 pub trait StageKind: Send + Sync {
-    /// What the kind declares: name, doc, params, inputs, outputs and thread claim.
+    /// What the kind declares: name, doc, params, inputs, outputs, thread and GPU claims.
     fn decl(&self) -> &'static KindDecl;
 
     /// A digest of the code that computes this kind's outputs: its crate's
@@ -189,6 +191,11 @@ pub trait StageKind: Send + Sync {
     /// How many threads an instance with these params claims ([`KindDecl::claim`]).
     fn threads(&self, params: &Params) -> Threads {
         self.decl().claim(params)
+    }
+
+    /// How many GPUs an instance with these params claims ([`KindDecl::gpu_claim`]).
+    fn gpus(&self, params: &Params) -> u32 {
+        self.decl().gpu_claim(params)
     }
 }
 
@@ -286,6 +293,7 @@ mod tests {
             "no value: the declared default"
         );
         assert!(kind.external_files(&Params::new()).is_empty());
+        assert_eq!(kind.gpus(&with_threads(Some(5))), 0, "no GPU declared");
     }
 
     #[test]
@@ -297,6 +305,55 @@ mod tests {
         assert!(matches!(kind.inputs(), InputsDecl::None));
         assert_eq!(kind.outputs(), ["out"]);
         assert_eq!(kind.threads(&with_threads(Some(8))), Threads::Fixed(1));
+        assert_eq!(kind.decl().gpus, GpusDecl::None);
+        assert_eq!(kind.gpus(&Params::new()), 0);
+    }
+
+    fn with_device(device: Option<&str>) -> Params {
+        let mut params = Params::new();
+        if let Some(device) = device {
+            params.insert("device", ParamValue::Str(device.into()));
+        }
+        params
+    }
+
+    #[test]
+    fn a_cuda_device_param_claims_one_gpu() {
+        const DEVICE: &[ParamSpec] = &[ParamSpec::with_default(
+            "device",
+            ParamType::Str,
+            ParamDefault::Str("cpu"),
+            "where it runs",
+        )];
+        const DECL: KindDecl = KindDecl::new("gpu", "runs where `device` says")
+            .params(DEVICE)
+            .gpus(GpusDecl::CudaParam("device"));
+        let kind = Declared(&DECL);
+        assert_eq!(kind.gpus(&with_device(Some("cuda"))), 1);
+        assert_eq!(kind.gpus(&with_device(Some("cuda:3"))), 1);
+        assert_eq!(kind.gpus(&with_device(Some("cpu"))), 0);
+        assert_eq!(kind.gpus(&with_device(Some("cudax"))), 0, "not cuda:N");
+        assert_eq!(kind.gpus(&with_device(Some("flex"))), 0);
+        assert_eq!(kind.gpus(&with_device(None)), 0, "the default, cpu");
+        let mut not_a_string = Params::new();
+        not_a_string.insert("device", ParamValue::Int(1));
+        assert_eq!(kind.gpus(&not_a_string), 0);
+
+        const CUDA_DEFAULT: &[ParamSpec] = &[ParamSpec::with_default(
+            "on",
+            ParamType::Str,
+            ParamDefault::Str("cuda"),
+            "where it runs",
+        )];
+        const ON: KindDecl = KindDecl::new("on", "runs on a GPU unless told otherwise")
+            .params(CUDA_DEFAULT)
+            .gpus(GpusDecl::CudaParam("on"));
+        assert_eq!(ON.gpu_claim(&Params::new()), 1, "the default, cuda");
+        assert_eq!(ON.gpu_claim(&with_device(Some("cpu"))), 1, "another param");
+        const UNDECLARED: KindDecl =
+            KindDecl::new("u", "no such param").gpus(GpusDecl::CudaParam("device"));
+        assert_eq!(UNDECLARED.gpu_claim(&Params::new()), 0);
+        assert_eq!(UNDECLARED.gpu_claim(&with_device(Some("cuda:0"))), 1);
     }
 
     #[test]

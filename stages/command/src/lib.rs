@@ -9,6 +9,9 @@
 //!   newlines, plus `$CWM_IN_<name>_COUNT` and `$CWM_IN_<name>_<i>`;
 //! - `$CWM_PARAM_<name>`: every other parameter as plain text;
 //! - `$CWM_THREADS`: the thread budget;
+//! - `$CUDA_VISIBLE_DEVICES` and `$CWM_GPUS`: when the executor assigned GPUs to the stage, their
+//!   ids joined with commas (e.g. `2,5`), so CUDA programs see exactly those; otherwise both are
+//!   left as the executor's environment has them (the kind itself claims no GPU);
 //! - `$CWM_PARTIAL`: a directory (create it on first use) for state a later run of the same
 //!   cache key can resume from after a failure or a kill; it is removed once the stage's result
 //!   is committed (unset outside a pipeline run).
@@ -77,6 +80,11 @@ impl StageKind for CommandStage {
         if let Some(partial) = ctx.partial_dir() {
             command.env("CWM_PARTIAL", partial);
         }
+        if let Some(gpus) = gpu_list(ctx.gpus()) {
+            command
+                .env("CUDA_VISIBLE_DEVICES", &gpus)
+                .env("CWM_GPUS", &gpus);
+        }
         for (name, artifacts) in ctx.inputs() {
             let var = env_name("CWM_IN_", name);
             let joined: Vec<String> = artifacts
@@ -129,6 +137,15 @@ impl StageKind for CommandStage {
     }
 }
 
+/// The assigned GPU ids joined with commas; `None` when there are none.
+fn gpu_list(gpus: &[u32]) -> Option<String> {
+    if gpus.is_empty() {
+        return None;
+    }
+    let ids: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    Some(ids.join(","))
+}
+
 /// `prefix` + `name` with every character that is not alphanumeric or `_`
 /// replaced by `_`, so any input or param name makes a valid variable.
 fn env_name(prefix: &str, name: &str) -> String {
@@ -163,6 +180,65 @@ mod tests {
         assert_eq!(
             env_name("CWM_PARAM_", "learning-rate.x"),
             "CWM_PARAM_learning_rate_x"
+        );
+    }
+
+    #[test]
+    fn gpu_lists_join_the_ids() {
+        assert_eq!(gpu_list(&[]), None);
+        assert_eq!(gpu_list(&[3]).as_deref(), Some("3"));
+        assert_eq!(gpu_list(&[2, 5]).as_deref(), Some("2,5"));
+    }
+
+    /// What `cmd` writes to `$CWM_OUT/env.txt`, run with these GPUs assigned.
+    fn run_with_gpus(tag: &str, gpus: Option<Vec<u32>>) -> String {
+        let base = temp_dir(tag);
+        let out = base.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let mut params = Params::new();
+        params.insert(
+            "cmd",
+            ParamValue::Str(
+                "echo \"${CUDA_VISIBLE_DEVICES-unset}|${CWM_GPUS-unset}\" > $CWM_OUT/env.txt"
+                    .into(),
+            ),
+        );
+        let mut outputs = BTreeMap::new();
+        outputs.insert("out".to_owned(), out.clone());
+        let mut ctx = StageContext::new(
+            "t",
+            params,
+            BTreeMap::new(),
+            outputs,
+            base.clone(),
+            1,
+            Progress::disabled(),
+            StageLog::discard(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        if let Some(gpus) = gpus {
+            ctx = ctx.with_gpus(gpus);
+        }
+        CommandStage.run(&ctx).unwrap();
+        let env = std::fs::read_to_string(out.join("env.txt")).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+        env
+    }
+
+    #[test]
+    fn assigned_gpus_are_exported() {
+        assert_eq!(run_with_gpus("gpus", Some(vec![2, 5])), "2,5|2,5\n");
+        assert_eq!(run_with_gpus("gpu", Some(vec![0])), "0|0\n");
+        // Without an assignment the command inherits the executor's environment: whatever
+        // CUDA_VISIBLE_DEVICES is there, and no CWM_GPUS.
+        let inherited = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into());
+        assert_eq!(
+            run_with_gpus("no-gpus", Some(Vec::new())),
+            format!("{inherited}|unset\n")
+        );
+        assert_eq!(
+            run_with_gpus("default", None),
+            format!("{inherited}|unset\n")
         );
     }
 

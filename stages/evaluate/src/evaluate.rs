@@ -5,7 +5,9 @@
 //!   `model.bpk`, or a checkpoint directory itself) and `data` (a `tokenize` artifact).
 //! * **Params** `split` (the label reports use), `batch_size` (32), `max_games` (0 = all),
 //!   `max_steps` (0 = full games; otherwise each game keeps its first `max_steps` tokens and
-//!   labels, START included, as the reference's truncation), `threads` (0 = all).
+//!   labels, START included, as the reference's truncation), `device` (`cpu`, `cuda` or
+//!   `cuda:N`; `cuda` claims one GPU from the executor and runs on the one it assigns, an
+//!   explicit `cuda:N` runs where it says), `threads` (0 = all).
 //! * **Output** `out`: `timesteps.parquet`, `games.parquet` and `summary.json`
 //!   ([`EvaluateSummary`], of [`cwm_formats::evaluate`]); see [`crate::tables`] for the
 //!   columns.
@@ -30,8 +32,8 @@ use cwm_models::{
     correct_counts, load_model, params_of, step_cross_entropy,
 };
 use cwm_stage::{
-    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params, Progress,
-    StageContext, StageError, StageKind, ThreadsDecl,
+    GpusDecl, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params,
+    Progress, StageContext, StageError, StageKind, ThreadsDecl,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
 
@@ -633,7 +635,7 @@ const PARAMS: &[ParamSpec] = &[
         "device",
         ParamType::Str,
         ParamDefault::Str("cpu"),
-        "where the model runs: cpu, cuda or cuda:N (cuda needs a build with --features cuda)",
+        "where the model runs: cpu, cuda (the GPU the executor assigns) or cuda:N (cuda needs a build with --features cuda)",
     ),
     cwm_stage::THREADS_PARAM,
 ];
@@ -660,7 +662,8 @@ const DECL: KindDecl = KindDecl::new(
 // given, must name the checkpoint's family and size.
 .extra_params()
 .inputs(InputsDecl::Named(INPUTS))
-.threads(ThreadsDecl::Param);
+.threads(ThreadsDecl::Param)
+.gpus(GpusDecl::CudaParam("device"));
 
 impl StageKind for EvaluateStage {
     fn decl(&self) -> &'static KindDecl {
@@ -692,13 +695,19 @@ impl StageKind for EvaluateStage {
             return Err(StageError::Param("batch_size must be positive".into()));
         }
         let hash = |name: &str| ctx.input_list(name).first().map(|a| a.hash.clone());
+        let requested = params.str("device")?;
+        let device = ctx.assigned_device(requested);
+        ctx.log().line(match ctx.gpus() {
+            [] => format!("device {device}"),
+            gpus => format!("device {device} (param {requested}; assigned GPUs {gpus:?})"),
+        });
         let options = EvaluateOptions {
             split: params.str("split")?.to_owned(),
             batch_size: batch_size as usize,
             max_games: uint_param(params, "max_games")?,
             max_steps: uint_param(params, "max_steps")? as usize,
             threads: ctx.threads(),
-            device: params.str("device")?.to_owned(),
+            device,
             model_hash: hash("model"),
             data_hash: hash("data"),
         };

@@ -20,7 +20,11 @@
 //! params but `threads`, the inputs' content hashes) and is ignored when that differs. Every
 //! `checkpoint_every` steps
 //! the state (model, AdamW moments and step counts, scheduler position, epoch, position in the
-//! epoch's data, logged rows) is written there atomically ([`state`]); a run that finds one
+//! epoch's data, logged rows) is written there atomically ([`state`]), and also when the run is
+//! cancelled (the executor cancels at a Slurm time-limit or preemption warning): the check
+//! happens between batches, and the state of that step boundary is saved before the stage
+//! returns `StageError::Cancelled`, so the requeued run resumes exactly there whatever
+//! `checkpoint_every` is (see [`train`](mod@train)); a run that finds one
 //! logs `resuming from step N` and continues at the exact next batch; the directory is removed
 //! once the outputs are written. Dropout masks are drawn after reseeding the backend from
 //! `(seed, step)` ([`train::step_seed`]), so a resumed run is bit-identical to an uninterrupted
@@ -30,6 +34,14 @@
 //!
 //! Unlike the reference, which restarts the recorded epoch from its beginning, resume continues
 //! mid-epoch at the next batch.
+//!
+//! # Device
+//! The `device` param says where the model trains: `cpu` (the default), `cuda` or `cuda:N`.
+//! The kind claims one GPU from the executor when it is `cuda` or `cuda:N`
+//! (`GpusDecl::CudaParam`); a bare `cuda` then trains on the GPU the executor assigned
+//! (`StageContext::assigned_device`: its ordinal in this process's `CUDA_VISIBLE_DEVICES`),
+//! while an explicit `cuda:N` is used as written. The log names the device used. The param is
+//! part of the cache and partial keys as written, so a requeued run may resume on another GPU.
 #![deny(missing_docs)]
 
 pub mod adamw;
@@ -47,8 +59,8 @@ use std::path::Path;
 use cwm_formats::select::Selection;
 use cwm_formats::train::{DataSection, ModelSection, OptimiserSection, ScheduleSection};
 use cwm_stage::{
-    InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params, StageContext,
-    StageError, StageKind, ThreadsDecl,
+    GpusDecl, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params,
+    StageContext, StageError, StageKind, ThreadsDecl,
 };
 use serde_json::{Map, json};
 
@@ -205,7 +217,7 @@ pub const PARAMS: &[ParamSpec] = &[
         "device",
         ParamType::Str,
         ParamDefault::Str("cpu"),
-        "where the model trains: cpu, cuda or cuda:N (cuda needs a build with --features cuda)",
+        "where the model trains: cpu, cuda (the GPU the executor assigns) or cuda:N (cuda needs a build with --features cuda)",
     ),
     cwm_stage::THREADS_PARAM,
 ];
@@ -394,13 +406,23 @@ pub fn partial_key(fingerprint: &str, params: &Params, inputs: &[(String, String
     hasher.finalize().to_hex().to_string()
 }
 
+/// The log line naming the device a run uses: `device_name`, resolved from the `device` param
+/// `requested` and the GPUs the executor assigned.
+fn device_line(requested: &str, device_name: &str, gpus: &[u32]) -> String {
+    match gpus {
+        [] => format!("device {device_name}"),
+        _ => format!("device {device_name} (param {requested}; assigned GPUs {gpus:?})"),
+    }
+}
+
 const DECL: KindDecl = KindDecl::new(
     "train",
     "trains a model on tokenized games (reference loss, AdamW, schedule, NaN guard), resumable",
 )
 .params(PARAMS)
 .inputs(InputsDecl::Named(INPUTS))
-.threads(ThreadsDecl::Param);
+.threads(ThreadsDecl::Param)
+.gpus(GpusDecl::CudaParam("device"));
 
 impl StageKind for TrainStage {
     fn decl(&self) -> &'static KindDecl {
@@ -476,9 +498,10 @@ impl StageKind for TrainStage {
             .map_err(|e| {
                 StageError::failed(format!("cannot start {} threads: {e}", ctx.threads()))
             })?;
-        let device_name = text(ctx.params(), "device")?;
-        let device = cwm_models::device_by_name(device_name).map_err(TrainError::from)?;
-        log(&format!("device {device_name}"));
+        let requested = text(ctx.params(), "device")?;
+        let device_name = ctx.assigned_device(requested);
+        log(&device_line(requested, &device_name, ctx.gpus()));
+        let device = cwm_models::device_by_name(&device_name).map_err(TrainError::from)?;
         match pool.install(|| train(&config, &paths, &control, &device))? {
             RunEnd::Finished(summary) => {
                 log(&format!(
@@ -535,6 +558,21 @@ mod tests {
         assert!(!fingerprint.contains("src/download.rs="), "{fingerprint}");
         assert!(!fingerprint.contains("src/parse.rs="), "{fingerprint}");
         assert!(!fingerprint.contains(cwm_stage_data::SOURCE_FINGERPRINT));
+    }
+
+    #[test]
+    fn a_cuda_device_claims_one_gpu_and_is_logged_with_the_assignment() {
+        let mut p = params("slice");
+        assert_eq!(TrainStage.gpus(&p), 0, "the default, cpu");
+        for (device, gpus) in [("cuda", 1), ("cuda:2", 1), ("cpu", 0)] {
+            p.insert("device", ParamValue::Str(device.into()));
+            assert_eq!(TrainStage.gpus(&p), gpus, "{device}");
+        }
+        assert_eq!(device_line("cpu", "cpu", &[]), "device cpu");
+        assert_eq!(
+            device_line("cuda", "cuda:1", &[5]),
+            "device cuda:1 (param cuda; assigned GPUs [5])"
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The training loop (spec D.1), resumable exactly from any periodic checkpoint.
+//! The training loop (spec D.1), resumable exactly from any periodic checkpoint or
+//! cancellation.
 //!
 //! [`train`] runs one training job from a [`TrainConfig`] and [`TrainPaths`] and writes the
 //! stage's outputs. Each batch:
@@ -20,6 +21,12 @@
 //!
 //! At an epoch end it validates when `val_every > 0` (unless it just did); at the end of the
 //! run it validates unless it just did, and writes the outputs.
+//!
+//! Cancellation ([`RunControl::cancelled`]) is checked between batches. A cancelled run first
+//! saves the partial state of that step boundary (when there is a partial directory and the
+//! state on disk is not already this step's), then returns [`TrainError::Cancelled`]; the next
+//! run resumes at the exact next batch, whatever `checkpoint_every` is (0 included). A failure
+//! to save is logged and the run still ends cancelled, to resume from the last state saved.
 //!
 //! The snapshot lives in memory only: a run resumed from its partial state takes a fresh one
 //! at the resumed step, so a rollback after a resume may restore later weights than the
@@ -229,6 +236,7 @@ pub fn train(
     let mut trainer = Trainer::start(config, paths, control, device)?;
     while !trainer.done() {
         if (control.cancelled)() {
+            trainer.save_on_cancel();
             return Err(TrainError::Cancelled);
         }
         let games = trainer.reader.next_games(config.data.batch_size)?;
@@ -333,6 +341,9 @@ struct Trainer<'a> {
     /// time left.
     first_step: u64,
     stepping_since: Instant,
+    /// The step whose partial state is on disk: the resumed one, then each one saved; 0 on a
+    /// fresh start, whose state needs no saving.
+    saved_step: u64,
 }
 
 impl<'a> Trainer<'a> {
@@ -400,6 +411,7 @@ impl<'a> Trainer<'a> {
             tokens_per_s: None,
             first_step: run_step,
             stepping_since: Instant::now(),
+            saved_step: run_step,
         })
     }
 
@@ -611,21 +623,53 @@ impl<'a> Trainer<'a> {
     /// Saves the partial state every `checkpoint_every` steps, when there is a directory for it.
     fn checkpoint_if_due(&mut self) -> Result<(), TrainError> {
         let every = self.config.schedule.checkpoint_every;
-        if let Some(dir) = &self.paths.partial
-            && every > 0
-            && self.run.step.is_multiple_of(every)
-        {
-            self.run.train_s = self.train_s();
-            state::save(
-                dir,
-                &self.paths.key,
-                &self.run,
-                &self.model,
-                self.config,
-                &self.optim.export()?,
-            )?;
+        if every > 0 && self.run.step.is_multiple_of(every) {
+            self.save_state()?;
         }
         Ok(())
+    }
+
+    /// Saves the partial state of the current step boundary, when there is a directory for it
+    /// and it does not already hold this step's state. Returns whether it wrote one.
+    fn save_state(&mut self) -> Result<bool, TrainError> {
+        let Some(dir) = &self.paths.partial else {
+            return Ok(false);
+        };
+        if self.saved_step == self.run.step {
+            return Ok(false);
+        }
+        self.run.train_s = self.train_s();
+        state::save(
+            dir,
+            &self.paths.key,
+            &self.run,
+            &self.model,
+            self.config,
+            &self.optim.export()?,
+        )?;
+        self.saved_step = self.run.step;
+        Ok(true)
+    }
+
+    /// On cancellation, between batches: saves the partial state (see the module docs) and logs
+    /// what it did. A failure is logged only: the run ends cancelled either way.
+    fn save_on_cancel(&mut self) {
+        if self.paths.partial.is_none() {
+            return;
+        }
+        let step = self.run.step;
+        let line = match self.save_state() {
+            Ok(true) => format!("cancelled after step {step}: partial state saved"),
+            Ok(false) if step == 0 => "cancelled before the first step".to_owned(),
+            Ok(false) => {
+                format!("cancelled after step {step}: partial state of step {step} already saved")
+            }
+            Err(e) => format!(
+                "cancelled after step {step}: cannot save the partial state ({e}); the next run resumes from step {}",
+                self.saved_step
+            ),
+        };
+        (self.control.log)(&line);
     }
 
     /// Validates unless it just did, writes the outputs and removes the partial state.

@@ -2,21 +2,28 @@
 //! and tokenized with the data stages' library functions.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
 use burn::prelude::*;
 use cwm_formats::train::{CONFIG_FILE, TrainConfigFile, TrainSummary};
 use cwm_models::{Family, ModelConfig, Size};
-use cwm_stage::Progress;
+use cwm_stage::{
+    InputArtifact, ParamValue, Params, Progress, ProgressEvent, ProgressSink, StageContext,
+    StageKind, StageLog, cuda_ordinal_in,
+};
 use cwm_stage_data::split::split_games;
 use cwm_stage_data::{
-    IdKeySource, OutputFormat, ProcessOptions, TokenizeOptions, process_pgn, tokenize_games,
+    IdKeySource, OutputFormat, ProcessOptions, ShardReader, TokenizeOptions, process_pgn,
+    tokenize_games,
 };
 use cwm_stage_train::output::{CHECKPOINT_DIR, STEPS_FILE, SUMMARY_FILE, VAL_FILE};
 use cwm_stage_train::train::{init_model, validate};
-use cwm_stage_train::{RunControl, RunEnd, TrainConfig, TrainPaths, train};
+use cwm_stage_train::{
+    PARAMS, RunControl, RunEnd, TrainConfig, TrainError, TrainPaths, TrainStage, train,
+};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::Map;
 
@@ -87,6 +94,32 @@ fn run(
     partial: Option<PathBuf>,
     stop_after: Option<u64>,
 ) -> RunEnd {
+    let (end, _) = run_logged(config, out, partial, stop_after, None);
+    end.unwrap()
+}
+
+/// A progress sink that remembers the last step a run reported.
+#[derive(Default)]
+struct LastStep(AtomicU64);
+
+impl ProgressSink for LastStep {
+    fn event(&self, event: ProgressEvent) {
+        if let ProgressEvent::Metrics(metrics) = event {
+            self.0.store(metrics.step, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Runs `config` on the sample's training and validation sets; with `cancel_at`, the run is
+/// cancelled (between batches) once it has reported that step. Returns how it ended and its
+/// log lines.
+fn run_logged(
+    config: &TrainConfig,
+    out: &Path,
+    partial: Option<PathBuf>,
+    stop_after: Option<u64>,
+    cancel_at: Option<u64>,
+) -> (Result<RunEnd, TrainError>, Vec<String>) {
     let d = data();
     let paths = TrainPaths {
         train: d.train.clone(),
@@ -97,18 +130,21 @@ fn run(
     };
     let lines = std::sync::Mutex::new(Vec::<String>::new());
     let log = |line: &str| lines.lock().unwrap().push(line.to_owned());
+    let last_step = Arc::new(LastStep::default());
+    let cancelled = || cancel_at.is_some_and(|at| last_step.0.load(Ordering::SeqCst) >= at);
     let control = RunControl {
-        progress: &Progress::disabled(),
-        cancelled: &|| false,
+        progress: &Progress::new(last_step.clone()),
+        cancelled: &cancelled,
         log: &log,
         stop_after,
         extra_hparams: Map::new(),
     };
-    let end = train(config, &paths, &control, &Device::flex()).unwrap();
-    for line in lines.lock().unwrap().iter() {
+    let end = train(config, &paths, &control, &Device::flex());
+    let lines = lines.into_inner().unwrap();
+    for line in &lines {
         eprintln!("  {line}");
     }
-    end
+    (end, lines)
 }
 
 fn small(family: Family) -> TrainConfig {
@@ -441,4 +477,175 @@ fn thread_count_does_not_change_the_weights() {
         results[0] == results[1] && results[1] == results[2],
         "weights differ between 1, 2 and 4 threads"
     );
+}
+
+/// Cancelled runs (as the executor cancels one at a Slurm warning) save their state at the step
+/// boundary where they stop, whatever `checkpoint_every` says: cancelled at step 7 (the last
+/// periodic checkpoint is step 4), resumed, cancelled again at the end of the first epoch (the
+/// last batch taken, the epoch not yet closed), resumed to the end, the final weights, steps and
+/// validations are bit-identical to an uninterrupted run's, and each resume starts at the step
+/// where its run was cancelled.
+#[test]
+fn a_run_cancelled_between_checkpoints_resumes_where_it_stopped() {
+    let mut config = small(Family::SliceDiag);
+    config.data.batch_size = 16;
+    config.data.max_steps = 32;
+    config.schedule.kind = cwm_stage_train::ScheduleKind::Cosine;
+    config.schedule.warmup_steps = 3;
+    config.optimiser.weight_decay = 0.01;
+    config.schedule.val_every = 5;
+    config.data.val_batches = 2;
+    config.schedule.log_every = 3;
+    config.schedule.checkpoint_every = 4;
+    let d = data();
+    let batches_per_epoch = ShardReader::count_games(&d.train)
+        .unwrap()
+        .div_ceil(config.data.batch_size as u64);
+    assert!(
+        batches_per_epoch > 8,
+        "{batches_per_epoch} batches per epoch"
+    );
+    config.schedule.steps = batches_per_epoch + 3;
+    let straight = d.root.join("cancel-straight");
+    let RunEnd::Finished(a) = run(&config, &straight, None, None) else {
+        panic!("not finished")
+    };
+    assert_eq!(a.epochs_done, 1, "{a:?}");
+
+    let resumed = d.root.join("cancel-resumed");
+    let partial = d.root.join("partial-cancelled");
+    let mut starts = Vec::new();
+    let mut finished = None;
+    for cancel_at in [Some(7), Some(batches_per_epoch), None] {
+        let (end, lines) = run_logged(&config, &resumed, Some(partial.clone()), None, cancel_at);
+        starts.extend(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("resuming from step"))
+                .cloned(),
+        );
+        let Some(at) = cancel_at else {
+            finished = Some(end.unwrap());
+            break;
+        };
+        assert!(matches!(end, Err(TrainError::Cancelled)), "{end:?}");
+        let saved = format!("cancelled after step {at}: partial state");
+        assert!(lines.iter().any(|l| l.starts_with(&saved)), "{lines:?}");
+        assert!(partial.join("state.json").is_file());
+        assert!(
+            !resumed.join(STEPS_FILE).exists(),
+            "a cancelled run writes no output"
+        );
+    }
+    assert_eq!(
+        starts,
+        [
+            "resuming from step 7".to_owned(),
+            format!("resuming from step {batches_per_epoch}")
+        ]
+    );
+    let Some(RunEnd::Finished(b)) = finished else {
+        panic!("not finished")
+    };
+    assert!(!partial.exists(), "the partial state is removed at the end");
+
+    assert!(
+        weights(&straight) == weights(&resumed),
+        "final weights differ"
+    );
+    assert_eq!(
+        steps_content(&straight.join(STEPS_FILE)),
+        steps_content(&resumed.join(STEPS_FILE))
+    );
+    let (va, vb) = (
+        read_table(&straight.join(VAL_FILE)),
+        read_table(&resumed.join(VAL_FILE)),
+    );
+    assert_eq!(va.u64s("step"), vb.u64s("step"));
+    for column in ["loss", "labelwise", "exact_state", "trajectory"] {
+        assert_eq!(va.f64_bits(column), vb.f64_bits(column), "{column}");
+    }
+    assert_eq!(
+        (a.steps, a.optimizer_steps, a.tokens, a.epochs_done),
+        (b.steps, b.optimizer_steps, b.tokens, b.epochs_done)
+    );
+    assert_eq!(a.final_val, b.final_val);
+}
+
+/// The `train` stage, two steps of a small model with `device` and GPU 3 assigned; returns the
+/// run's result and its log.
+fn run_stage(tag: &str, device: &str) -> (Result<(), String>, String) {
+    let d = data();
+    let mut params = Params::new();
+    for spec in PARAMS {
+        if let Some(value) = spec.default.value() {
+            params.insert(spec.name, value);
+        }
+    }
+    params.insert("arch", ParamValue::Str("slice_diag".into()));
+    params.insert("device", ParamValue::Str(device.into()));
+    for (name, value) in [
+        ("batch_size", 8),
+        ("max_steps", 16),
+        ("steps", 2),
+        ("threads", 1),
+    ] {
+        params.insert(name, ParamValue::Int(value));
+    }
+    let train_input = InputArtifact {
+        producer: "tokenize".into(),
+        producer_kind: "tokenize".into(),
+        producer_params: Params::new(),
+        output: "out".into(),
+        hash: "h".into(),
+        path: d.train.clone(),
+    };
+    let out = d.root.join(format!("stage-{tag}"));
+    std::fs::create_dir_all(&out).unwrap();
+    let log = d.root.join(format!("stage-{tag}.log"));
+    let ctx = StageContext::new(
+        "train",
+        params,
+        [("train".to_owned(), vec![train_input])].into(),
+        [("out".to_owned(), out)].into(),
+        d.root.clone(),
+        1,
+        Progress::disabled(),
+        StageLog::to_file(std::fs::File::create(&log).unwrap()),
+        Default::default(),
+    )
+    .with_gpus(vec![3]);
+    let result = TrainStage.run(&ctx).map_err(|e| e.to_string());
+    drop(ctx);
+    (result, std::fs::read_to_string(&log).unwrap())
+}
+
+/// `device: cpu` trains on the CPU even with a GPU assigned; `device: cuda` uses the assigned
+/// GPU's ordinal in this process's CUDA_VISIBLE_DEVICES (without the cuda feature, the tests'
+/// build, the run then fails at once naming that device).
+#[test]
+fn the_stage_uses_the_assigned_gpu_only_when_its_device_is_cuda() {
+    let (result, log) = run_stage("cpu", "cpu");
+    result.unwrap();
+    assert!(
+        log.contains("device cpu (param cpu; assigned GPUs [3])"),
+        "{log}"
+    );
+    assert!(log.contains("finished: 2 steps"), "{log}");
+
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let expected = match cuda_ordinal_in(&[3], visible.as_deref()) {
+        Some(ordinal) => format!("cuda:{ordinal}"),
+        None => "cuda".to_owned(),
+    };
+    let (result, log) = run_stage("cuda", "cuda");
+    assert!(
+        log.contains(&format!(
+            "device {expected} (param cuda; assigned GPUs [3])"
+        )),
+        "{log}"
+    );
+    if let Err(e) = result {
+        assert!(e.contains(&format!("{expected:?}")), "{e}");
+    }
 }

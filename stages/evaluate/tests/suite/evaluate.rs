@@ -12,12 +12,14 @@ use cwm_models::{
     Family, Model, ModelConfig, N_LABELS, PAD_TOKEN, Size, StateMetrics, StateModel,
     correct_counts, save_model, state_loss, valid_mask,
 };
-use cwm_stage::Progress;
+use cwm_stage::{
+    InputArtifact, ParamValue, Params, Progress, StageContext, StageKind, StageLog, cuda_ordinal_in,
+};
 use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, ShardReader, TokenizeOptions, TokenizedGame,
     export_jsonl, process_pgn, tokenize_games,
 };
-use cwm_stage_evaluate::{EvaluateOptions, EvaluateSummary, evaluate};
+use cwm_stage_evaluate::{EvaluateOptions, EvaluateStage, EvaluateSummary, evaluate};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::Scratch;
@@ -433,4 +435,101 @@ fn bad_inputs_are_errors_naming_the_file() {
         "{err}"
     );
     assert!(!scratch.0.join("o3/summary.json").exists());
+}
+
+/// The stage with `device` and these GPUs assigned; returns the run's result and its log.
+fn run_stage(
+    dir: &Path,
+    model: &Path,
+    data: &Path,
+    device: &str,
+    gpus: Vec<u32>,
+) -> (Result<(), String>, String) {
+    let mut params = Params::new();
+    params.insert("split", ParamValue::Str("val".into()));
+    for (name, value) in [
+        ("batch_size", 2),
+        ("max_games", 3),
+        ("max_steps", 0),
+        ("threads", 1),
+    ] {
+        params.insert(name, ParamValue::Int(value));
+    }
+    params.insert("device", ParamValue::Str(device.into()));
+    let artifact = |path: &Path| {
+        vec![InputArtifact {
+            producer: "p".into(),
+            producer_kind: "train".into(),
+            producer_params: Params::new(),
+            output: "out".into(),
+            hash: "h".into(),
+            path: path.to_path_buf(),
+        }]
+    };
+    let inputs = BTreeMap::from([
+        ("model".to_owned(), artifact(model)),
+        ("data".to_owned(), artifact(data)),
+    ]);
+    let out = dir.join(format!("out-{device}"));
+    std::fs::create_dir_all(&out).unwrap();
+    let log = dir.join(format!("log-{device}.txt"));
+    let ctx = StageContext::new(
+        "evaluate",
+        params,
+        inputs,
+        BTreeMap::from([("out".to_owned(), out)]),
+        dir.to_path_buf(),
+        1,
+        Progress::disabled(),
+        StageLog::to_file(File::create(&log).unwrap()),
+        Default::default(),
+    )
+    .with_gpus(gpus);
+    let result = EvaluateStage.run(&ctx).map_err(|e| e.to_string());
+    drop(ctx);
+    (result, std::fs::read_to_string(&log).unwrap())
+}
+
+/// `device: cuda` claims one GPU and runs on the one the executor assigned (its ordinal in
+/// this process's CUDA_VISIBLE_DEVICES); `device: cpu` claims none and stays on the CPU even
+/// with a GPU assigned.
+#[test]
+fn the_stage_runs_on_the_assigned_gpu_only_when_its_device_is_cuda() {
+    let with_device = |device: &str| {
+        let mut params = Params::new();
+        params.insert("device", ParamValue::Str(device.into()));
+        params
+    };
+    assert_eq!(EvaluateStage.gpus(&with_device("cuda")), 1);
+    assert_eq!(EvaluateStage.gpus(&with_device("cuda:1")), 1);
+    assert_eq!(EvaluateStage.gpus(&with_device("cpu")), 0);
+    assert_eq!(EvaluateStage.gpus(&Params::new()), 0, "the default, cpu");
+
+    let scratch = Scratch::new("stage-gpus");
+    let (_, tokens) = sample_data(&scratch.0, 3);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let (result, log) = run_stage(&scratch.0, &ckpt, &tokens, "cpu", vec![3]);
+    result.unwrap();
+    assert!(
+        log.contains("device cpu (param cpu; assigned GPUs [3])"),
+        "{log}"
+    );
+
+    // Without the cuda feature (the tests' build) the run fails at once, naming the device it
+    // resolved; with it and such a GPU it runs there.
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let expected = match cuda_ordinal_in(&[3], visible.as_deref()) {
+        Some(ordinal) => format!("cuda:{ordinal}"),
+        None => "cuda".to_owned(),
+    };
+    let (result, log) = run_stage(&scratch.0, &ckpt, &tokens, "cuda", vec![3]);
+    assert!(
+        log.contains(&format!(
+            "device {expected} (param cuda; assigned GPUs [3])"
+        )),
+        "{log}"
+    );
+    if let Err(e) = result {
+        assert!(e.contains(&format!("{expected:?}")), "{e}");
+    }
 }
