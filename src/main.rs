@@ -69,6 +69,9 @@ enum Command {
     Kinds,
     /// Write the built-in default pipeline to a file.
     Init(cli::init::InitArgs),
+    /// What a cluster executor's jobs run on a compute node (not for typing by hand).
+    #[command(subcommand, hide = true)]
+    Job(cli::job::JobCommand),
 }
 
 fn main() -> ExitCode {
@@ -95,15 +98,18 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// `--threads`, else `RAYON_NUM_THREADS`, else every core.
+/// `--threads`, else `RAYON_NUM_THREADS`, else the CPUs of the Slurm allocation this runs in
+/// (`SLURM_CPUS_PER_TASK`), else every core.
 fn thread_count(flag: Option<usize>) -> usize {
-    flag.or_else(|| {
-        std::env::var("RAYON_NUM_THREADS")
+    let env = |name: &str| {
+        std::env::var(name)
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|&n: &usize| n > 0)
-    })
-    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    };
+    flag.or_else(|| env("RAYON_NUM_THREADS"))
+        .or_else(|| env("SLURM_CPUS_PER_TASK"))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The exit code of a subcommand that either succeeds or returns an error.
@@ -139,5 +145,6 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         Command::Model(command) => cli::model::run(command, &ctx),
         Command::Kinds => cli::kinds::run(&ctx),
         Command::Init(args) => cli::init::run(args),
+        Command::Job(command) => cli::job::run(command, &ctx),
     }
 }

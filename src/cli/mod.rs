@@ -24,6 +24,7 @@ pub mod data;
 pub mod evaluate;
 pub mod gc;
 pub mod init;
+pub mod job;
 pub mod kinds;
 pub mod ls;
 pub mod model;

@@ -6,9 +6,19 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context as _;
 use cwm_engine::display::{Display, ProgressMode};
-use cwm_engine::executor::{Executor, RunOptions};
+use cwm_engine::executor::local::gpu_pool;
+use cwm_engine::executor::settings::ExecutorKind;
+use cwm_engine::executor::slurm::{SlurmExecutor, SlurmStats};
 use cwm_engine::pipeline::Override;
+use cwm_engine::plan::Plan;
+use cwm_engine::scheduler::{RunOptions, RunReport, Scheduler};
+use cwm_engine::store::Store;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::{Context, VarArgs, load_plan, open_store};
 
@@ -50,6 +60,17 @@ pub struct RunArgs {
     /// the closing line.
     #[arg(long, value_enum, default_value_t = ProgressArg::Auto, value_name = "MODE")]
     progress: ProgressArg,
+    /// Where stale stages run: `local` (threads of this process) or `slurm` (one Slurm job
+    /// each; docs/cluster.md). Default: the pipeline file's `executor: kind:`, else local.
+    #[arg(long, value_enum, value_name = "EXECUTOR")]
+    executor: Option<ExecutorArg>,
+}
+
+/// `--executor`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ExecutorArg {
+    Local,
+    Slurm,
 }
 
 /// `--progress`.
@@ -70,7 +91,7 @@ impl From<ProgressArg> for ProgressMode {
     }
 }
 
-/// Runs `cwm run`; fails (exit 1) when a stage failed.
+/// Runs `cwm run`; fails (exit 1) when a stage failed, 130 when interrupted.
 pub fn run(args: RunArgs, ctx: &Context) -> Result<ExitCode> {
     let load = args.vars.load_options(args.set)?;
     let plan = load_plan(args.pipeline.as_deref(), &ctx.registry, &load)?;
@@ -82,20 +103,83 @@ pub fn run(args: RunArgs, ctx: &Context) -> Result<ExitCode> {
         dry_run: args.dry_run,
         jobs: args.jobs.unwrap_or(ctx.threads),
         keep_going: args.keep_going,
+        interrupt: interrupt_flag()?,
     };
     let mut display = Display::new(args.json, args.progress.into());
-    let executor = Executor {
+    let scheduler = Scheduler {
         plan: &plan,
         registry: &ctx.registry,
         store: &store,
     };
-    let report = executor.run(&options, &mut display)?;
+    let kind = match args.executor {
+        Some(ExecutorArg::Local) => ExecutorKind::Local,
+        Some(ExecutorArg::Slurm) => ExecutorKind::Slurm,
+        None => plan.pipeline.executor.kind,
+    };
+    let report = match kind {
+        ExecutorKind::Local => {
+            let gpus = gpu_pool(plan.pipeline.executor.local.gpus.as_deref());
+            scheduler.run_local(&options, &mut display, gpus)?
+        }
+        ExecutorKind::Slurm => run_on_slurm(&scheduler, &plan, &store, &options, &mut display)?,
+    };
     if args.json {
         outln!("{}", report.to_json(args.dry_run));
     }
-    Ok(if report.failed() {
+    Ok(if report.interrupted {
+        ExitCode::from(130)
+    } else if report.failed() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The flag SIGINT and SIGTERM set: the first asks the run to stop (cancelling what runs),
+/// a second one while it is set ends the process at once.
+fn interrupt_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
+            .context("installing the interrupt handler")?;
+        signal_hook::flag::register(signal, Arc::clone(&flag))
+            .context("installing the interrupt handler")?;
+    }
+    Ok(flag)
+}
+
+/// Runs on the Slurm executor and prints what it asked of the controller.
+fn run_on_slurm(
+    scheduler: &Scheduler,
+    plan: &Plan,
+    store: &Store,
+    options: &RunOptions,
+    display: &mut Display,
+) -> Result<RunReport> {
+    let cwm = std::env::current_exe().context("finding this cwm's path for the Slurm jobs")?;
+    let settings = plan.pipeline.executor.slurm.clone();
+    let mut slurm = SlurmExecutor::new(settings, store, cwm);
+    let report = scheduler.run(options, display, &mut slurm)?;
+    let stats = slurm.stats();
+    if stats.submitted + stats.adopted > 0 {
+        eprintln!("{}", slurm_summary(&stats));
+    }
+    Ok(report)
+}
+
+/// `slurm: 12 jobs submitted in 3.1s, 2 adopted; 40 status polls; calls: ...`.
+fn slurm_summary(stats: &SlurmStats) -> String {
+    let c = stats.calls;
+    format!(
+        "slurm: {} job(s) submitted in {:.1}s, {} adopted from an earlier run; {} status \
+         poll(s); calls: sbatch {}, squeue {}, scontrol {}, scancel {}",
+        stats.submitted,
+        stats.submit_seconds,
+        stats.adopted,
+        stats.polls,
+        c.sbatch,
+        c.squeue,
+        c.scontrol,
+        c.scancel
+    )
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
+use cwm_engine::executor::slurm::{JobInFlight, jobs_in_flight};
 use cwm_engine::pipeline::Override;
 
 use super::{Context, VarArgs, load_plan, open_store, read_lock};
@@ -42,6 +43,7 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();
+    write_jobs_in_flight(&mut out, &jobs_in_flight(&store))?;
     if !args.all {
         write!(out, "{}", cwm_engine::status::summarize(&statuses))?;
         if statuses.iter().any(|s| !s.reasons.is_empty()) {
@@ -59,4 +61,25 @@ pub fn run(args: StatusArgs, ctx: &Context) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Slurm jobs the store records (submitted by a `cwm run` and not yet settled), one line
+/// each: job id, state, instance.
+fn write_jobs_in_flight(out: &mut impl std::io::Write, jobs: &[JobInFlight]) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "Slurm jobs in flight:")?;
+    for job in jobs {
+        let state = match &job.state {
+            Ok(state) => state.describe(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        writeln!(
+            out,
+            "  {:<10} {:<22} {}",
+            job.record.job_id, state, job.record.instance
+        )?;
+    }
+    Ok(())
 }

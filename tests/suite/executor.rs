@@ -288,10 +288,17 @@ fn a_stage_killed_with_sigkill_leaves_nothing_finished_and_the_next_run_complete
     // Wait until the stage has written part of its output.
     let deadline = Instant::now() + Duration::from_secs(20);
     let partial_written = loop {
+        // Staging directories are under `tmp/<host>/`.
         let found = std::fs::read_dir(ws.artifacts().join("tmp"))
             .into_iter()
             .flatten()
             .flatten()
+            .flat_map(|host| {
+                std::fs::read_dir(host.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
             .any(|e| e.path().join("out/out/x").exists());
         if found || Instant::now() > deadline {
             break found;
@@ -323,6 +330,14 @@ fn a_stage_killed_with_sigkill_leaves_nothing_finished_and_the_next_run_complete
     // The dead run's temp directory was cleaned up.
     let leftovers: Vec<_> = std::fs::read_dir(ws.artifacts().join("tmp"))
         .unwrap()
+        .flatten()
+        .flat_map(|host| {
+            std::fs::read_dir(host.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|e| e.path())
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -15,6 +15,7 @@ mod pipeline_vars;
 mod remote;
 mod report_page;
 mod run_progress;
+mod slurm;
 mod status_summary;
 mod store;
 

@@ -17,7 +17,7 @@ use crate::registry::Registry;
 use crate::store::{Integrity, Store};
 
 /// Output name -> artifact hash of one finished instance.
-pub(crate) type Outputs = BTreeMap<String, String>;
+pub type Outputs = BTreeMap<String, String>;
 
 /// Fresh (with its outputs) or stale (with reasons).
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +30,7 @@ pub(crate) enum Freshness {
 
 /// Why the key of an instance cannot be computed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum IngredientsError {
+pub enum IngredientsError {
     /// The registry has no kind of this name.
     #[error("unknown stage kind `{kind}`")]
     UnknownKind {

@@ -8,7 +8,8 @@
 //!
 //! Flow: [`pipeline`] (YAML → validated instances) → [`plan`] (ordered DAG)
 //! → [`freshness`] (keys from `key`, looked up in [`store`], explained
-//! against [`lockfile`]) → [`executor`] (runs what is stale) → [`display`].
+//! against [`lockfile`]) → [`scheduler`] (decides what is stale) → [`executor`] (runs it:
+//! threads here, or Slurm jobs) → [`display`].
 
 pub mod display;
 pub mod executor;
@@ -21,6 +22,8 @@ pub mod plan;
 pub mod reason;
 pub mod registry;
 pub mod remote;
+pub mod resources;
+pub mod scheduler;
 pub mod status;
 pub mod store;
 

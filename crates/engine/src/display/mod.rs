@@ -145,6 +145,12 @@ impl Display {
         }
     }
 
+    /// Prints a message about the run as a whole (an interrupt, the executor's state); shown
+    /// in every mode.
+    pub(crate) fn note(&self, text: &str) {
+        self.line(text);
+    }
+
     /// A run of `selected` instances begins.
     pub(crate) fn begin(&mut self, selected: usize) {
         self.tally = Tally {

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use super::selector::Reference;
 use super::yaml::{Loc, Located, Node};
+use crate::resources::ResourceRequest;
+
 use super::{Loader, Source, SpliceError, interpolate, valid_stage_name, whole_var};
 
 /// The file's `vars:`, by name, with the values the load options give them.
@@ -21,6 +23,8 @@ pub(super) struct StageDecl<'a> {
     pub(super) cells: Vec<Vec<(Located<String>, Located<Node>)>>,
     pub(super) inputs: Vec<(&'a Located<String>, Vec<Located<Reference>>)>,
     pub(super) deps: Vec<Located<String>>,
+    /// `resources:` as written.
+    pub(super) resources: ResourceRequest,
     /// Param names written in the file whose value could not be read.
     pub(super) invalid_params: Vec<&'a str>,
     pub(super) loc: Loc,
@@ -48,6 +52,7 @@ impl<'a> StageDecl<'a> {
             cells: Vec::new(),
             inputs: Vec::new(),
             deps: Vec::new(),
+            resources: ResourceRequest::default(),
             invalid_params: Vec::new(),
             loc: name.loc,
         }
@@ -119,12 +124,13 @@ impl Loader {
             "matrix" => self.decl_matrix(decl, value, vars),
             "inputs" => self.decl_inputs(decl, value, vars),
             "deps" => decl.deps = self.string_list(value, vars, "a file path"),
+            "resources" => self.decl_resources(decl, value, vars),
             "doc" | "description" => {}
             other => self.error(
                 key.loc,
                 format!(
                     "unknown key `{other}` in stage `{}`: expected uses, params, matrix, \
-                     inputs, deps or doc",
+                     inputs, deps, resources or doc",
                     decl.name.value
                 ),
             ),

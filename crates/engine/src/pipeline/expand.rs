@@ -191,6 +191,7 @@ impl Loader {
         }
         self.fill_defaults(decl, kind, &name, &mut params);
         let deps = self.deps_of(decl, kind, &params);
+        let resources = decl.resources.resolve(kind.gpus(&params));
         Instance {
             name,
             stage: decl.name.value.clone(),
@@ -198,6 +199,7 @@ impl Loader {
             matrix: cell,
             params,
             inputs: BTreeMap::new(),
+            resources,
             deps,
             loc: decl.loc,
         }

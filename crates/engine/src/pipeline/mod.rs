@@ -11,6 +11,7 @@
 mod decl;
 mod expand;
 mod selector;
+mod settings;
 mod vars;
 pub(crate) mod yaml;
 
@@ -20,7 +21,9 @@ use std::path::{Path, PathBuf};
 
 use cwm_stage::{ParamValue, Params};
 
+use crate::executor::settings::ExecutorSettings;
 use crate::registry::Registry;
+use crate::resources::Resources;
 use decl::{StageDecl, Vars};
 pub(crate) use selector::Selector;
 pub use selector::{Override, OverrideError};
@@ -90,6 +93,8 @@ pub struct Instance {
     pub params: Params,
     /// Inputs by name; a matrix producer contributes one ref per cell.
     pub inputs: BTreeMap<String, Vec<InputRef>>,
+    /// What it asks of the machine that runs it.
+    pub resources: Resources,
     /// Files whose content joins the key: `deps:` plus the kind's external files,
     /// resolved against the pipeline directory.
     pub(crate) deps: Vec<PathBuf>,
@@ -108,6 +113,8 @@ pub struct Pipeline {
     pub instances: Vec<Instance>,
     /// The default remote for push and pull, if the file sets one.
     pub remote: Option<String>,
+    /// The `executor:` section.
+    pub executor: ExecutorSettings,
 }
 
 impl Pipeline {
@@ -228,6 +235,7 @@ struct TopLevel<'a> {
     vars: Vars,
     stages: Option<&'a Located<Node>>,
     remote: Option<String>,
+    executor: Option<&'a Located<Node>>,
 }
 
 impl Loader {
@@ -295,20 +303,23 @@ impl Loader {
             .filter_map(|(name, body)| self.stage_decl(name, body, &top.vars))
             .collect();
         let instances = self.expand(&decls, registry, &options.set);
+        let executor = self.executor_settings(top.executor, &top.vars);
         Some(Pipeline {
             path: self.file.clone(),
             base_dir: self.base_dir.clone(),
             instances,
             remote: top.remote,
+            executor,
         })
     }
 
-    /// Reads the top-level keys: `vars`, `stages`, `remote` and `x-` keys.
+    /// Reads the top-level keys: `vars`, `stages`, `remote`, `executor` and `x-` keys.
     fn top_level<'a>(&mut self, top: &'a [(Located<String>, Located<Node>)]) -> TopLevel<'a> {
         let mut read = TopLevel {
             vars: Vars::new(),
             stages: None,
             remote: None,
+            executor: None,
         };
         for (key, value) in top {
             match key.value.as_str() {
@@ -325,6 +336,7 @@ impl Loader {
                     ),
                 },
                 "stages" => read.stages = Some(value),
+                "executor" => read.executor = Some(value),
                 "remote" => match &value.value {
                     Node::Str(url) => read.remote = Some(url.clone()),
                     other => self.error(
@@ -338,7 +350,8 @@ impl Loader {
                 other => self.error(
                     key.loc,
                     format!(
-                        "unknown top-level key `{other}`: expected `stages`, `vars`, `remote` \
+                        "unknown top-level key `{other}`: expected `stages`, `vars`, `remote`, \
+                         `executor` \
                          (or an `x-` key to hold anchors)"
                     ),
                 ),

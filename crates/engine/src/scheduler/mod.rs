@@ -7,44 +7,38 @@
 //!    producers' output *content* hashes (so an unchanged output stops
 //!    reruns downstream: early cutoff).
 //! 3. A ready instance whose key has a finished, intact record in the store
-//!    is `cached`. Otherwise it is launched on a worker thread when enough
-//!    thread slots are free (`-j`, and the kind's thread claim).
-//! 4. A worker stages empty output directories, runs the stage, and commits
-//!    the outputs to the store; it reports progress and its result to the
-//!    main thread through one channel. Only the main thread prints.
+//!    is `cached`. Otherwise it becomes a [`Task`] for the [`Executor`]
+//!    (threads of this process, or Slurm jobs), which starts it when it has
+//!    the resources or hands it back to be offered again later.
+//! 4. The executor stages empty output directories, runs the stage, and
+//!    commits the outputs to the store; it reports progress and each end as
+//!    [`Event`]s to the main thread. Only the main thread prints.
 //! 5. A failure marks everything downstream `skipped` and, unless
-//!    `--keep-going`, stops new launches (running stages finish).
+//!    `--keep-going`, stops new launches (running stages finish). An
+//!    interrupt (Ctrl-C) cancels what runs and stops new launches.
 //! 6. Finally `cwm.lock` is updated for every finished instance and the stat
 //!    cache is saved.
-//!
-//! Not yet polished: stages run in-process, so a stage that ignores
-//! cancellation keeps a slot until it ends.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::thread::Scope;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use cwm_stage::{
-    InputArtifact, Params, Progress, ProgressEvent, ProgressSink, StageContext, StageError,
-    StageKind, StageLog, Threads,
-};
+use cwm_stage::{InputArtifact, ProgressEvent};
 
 use crate::display::{Display, Settled, human_duration};
-use crate::freshness::{self, Freshness, IngredientsError, Outputs};
+use crate::executor::local::LocalExecutor;
+use crate::executor::{Event, Executor, ExecutorError, Finished, Launch, StageFailure, Task};
+use crate::freshness::{self, Freshness, Outputs};
 use crate::key::KeyIngredients;
 use crate::lockfile::{LockEntry, LockError, LockFile};
 use crate::pipeline::Instance;
 use crate::plan::{Plan, UnknownSelector};
 use crate::reason::{self, StaleReason};
 use crate::registry::Registry;
-use crate::store::{CommitInfo, Staging, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Options of `cwm run`.
 #[derive(Debug, Clone, Default)]
@@ -61,6 +55,8 @@ pub struct RunOptions {
     pub jobs: usize,
     /// Keep launching independent stages after a failure.
     pub keep_going: bool,
+    /// Set (by a signal handler) to cancel what runs and stop launching.
+    pub interrupt: Arc<AtomicBool>,
 }
 
 /// What happened to one instance.
@@ -109,6 +105,8 @@ pub(crate) enum SkipReason {
     ProducerUnfinished(String),
     /// A failure stopped the run from launching more stages.
     RunStopped,
+    /// The run was interrupted before it started.
+    Interrupted,
 }
 
 impl fmt::Display for SkipReason {
@@ -116,78 +114,8 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::ProducerUnfinished(producer) => write!(f, "`{producer}` did not finish"),
             SkipReason::RunStopped => f.write_str("the run stopped after a failure"),
+            SkipReason::Interrupted => f.write_str("the run was interrupted"),
         }
-    }
-}
-
-/// Why one stage failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum StageFailure {
-    /// Its key could not be computed.
-    #[error(transparent)]
-    Key(#[from] IngredientsError),
-    /// The store could not lock its key, stage its outputs or commit them.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The stage itself failed; its log's last lines follow the error.
-    #[error("{fault}{log}")]
-    Stage {
-        /// What went wrong.
-        fault: StageFault,
-        /// The end of its log.
-        log: LogTail,
-    },
-}
-
-/// How a stage's own code failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum StageFault {
-    /// It returned an error.
-    #[error(transparent)]
-    Error(#[from] StageError),
-    /// It panicked with this message.
-    #[error("stage panicked: {0}")]
-    Panicked(String),
-}
-
-/// The last lines of a failed stage's log and where the whole log was kept.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LogTail {
-    /// Up to the last 5 lines, in order.
-    pub lines: Vec<String>,
-    /// `artifacts/failed/<instance>.log`, if it could be written.
-    pub saved: Option<PathBuf>,
-}
-
-/// How many log lines a failure shows.
-const LOG_TAIL_LINES: usize = 5;
-
-impl LogTail {
-    fn of(log: &str, saved: Option<PathBuf>) -> Self {
-        let mut lines: Vec<String> = log
-            .lines()
-            .rev()
-            .take(LOG_TAIL_LINES)
-            .map(str::to_owned)
-            .collect();
-        lines.reverse();
-        LogTail { lines, saved }
-    }
-}
-
-/// Indented lines under the error, as `cwm run` prints them.
-impl fmt::Display for LogTail {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.lines.is_empty() {
-            f.write_str("\n        log tail:")?;
-            for line in &self.lines {
-                write!(f, "\n        | {line}")?;
-            }
-        }
-        if let Some(path) = &self.saved {
-            write!(f, "\n        full log: {}", path.display())?;
-        }
-        Ok(())
     }
 }
 
@@ -204,6 +132,14 @@ pub enum RunError {
     /// `cwm.lock` could not be read or written.
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// The executor cannot run anything (a cluster it cannot reach or use).
+    #[error("the {executor} executor: {source}")]
+    Executor {
+        /// Its name.
+        executor: &'static str,
+        /// What is wrong.
+        source: ExecutorError,
+    },
     /// The plan uses a kind the registry lacks: the caller loaded the
     /// pipeline with another registry (a bug, never a stage to skip).
     #[error("stage `{stage}` uses kind `{kind}`, which this registry does not have")]
@@ -220,6 +156,8 @@ pub enum RunError {
 pub struct RunReport {
     /// (instance name, outcome).
     pub(crate) outcomes: Vec<(String, Outcome)>,
+    /// An interrupt stopped the run.
+    pub interrupted: bool,
 }
 
 impl RunReport {
@@ -254,7 +192,7 @@ impl RunReport {
 }
 
 /// Everything a run works with.
-pub struct Executor<'a> {
+pub struct Scheduler<'a> {
     /// The ordered pipeline.
     pub plan: &'a Plan,
     /// Known stage kinds.
@@ -263,10 +201,16 @@ pub struct Executor<'a> {
     pub store: &'a Store,
 }
 
-impl Executor<'_> {
-    /// Runs the selected part of the plan. Errors are per-stage outcomes; an
-    /// `Err` here means the run could not start (bad selector, unreadable lock).
-    pub fn run(&self, options: &RunOptions, display: &mut Display) -> Result<RunReport, RunError> {
+impl Scheduler<'_> {
+    /// Runs the selected part of the plan on `executor`. Errors are per-stage outcomes; an
+    /// `Err` here means the run could not start or go on (bad selector, unreadable lock, an
+    /// executor that cannot run anything).
+    pub fn run(
+        &self,
+        options: &RunOptions,
+        display: &mut Display,
+        executor: &mut dyn Executor,
+    ) -> Result<RunReport, RunError> {
         let selected = self.selection(options)?;
         let forced = self.plan.resolve(&options.force)?.into_iter().collect();
         // gc waits while runs hold this.
@@ -278,7 +222,7 @@ impl Executor<'_> {
         let lock_path = LockFile::path_for(&self.plan.pipeline.base_dir);
         let lock = LockFile::read(&lock_path)?;
         display.begin(selected.len());
-        let mut run = Run::new(self, options, display, lock, selected, forced);
+        let mut run = Run::new(self, options, display, executor, lock, selected, forced);
         if let Err(e) = run.schedule() {
             run.display.end(false);
             return Err(e);
@@ -286,6 +230,23 @@ impl Executor<'_> {
         run.skip_unstarted();
         run.display.end(true);
         run.finish(&lock_path)
+    }
+
+    /// Runs on the local executor: `options.jobs` thread slots and the GPUs `gpus`.
+    ///
+    /// # Errors
+    /// As [`Scheduler::run`].
+    pub fn run_local(
+        &self,
+        options: &RunOptions,
+        display: &mut Display,
+        gpus: Vec<u32>,
+    ) -> Result<RunReport, RunError> {
+        std::thread::scope(|scope| {
+            let mut local =
+                LocalExecutor::new(scope, self.registry, self.store, options.jobs, gpus);
+            self.run(options, display, &mut local)
+        })
     }
 
     /// The instances `--only` and `--from` select (all by default) and
@@ -316,12 +277,10 @@ impl Executor<'_> {
 /// Where one planned instance stands.
 #[derive(Debug)]
 enum State {
-    /// Not decided yet: its producers are unfinished, or it waits for slots.
+    /// Not decided yet: its producers are unfinished, or the executor is busy.
     Waiting,
-    /// On a worker, holding this many thread slots.
-    Running {
-        claim: usize,
-    },
+    /// Handed to the executor.
+    Running,
     /// Finished (ran or cached) with these outputs.
     Done(Outputs),
     Failed,
@@ -335,7 +294,7 @@ enum State {
 struct Job {
     state: State,
     /// Its key's ingredients, once computed: cached, launched, or (while still
-    /// `Waiting`) found stale and waiting for thread slots, so later scheduling
+    /// `Waiting`) found stale and handed back by a busy executor, so later scheduling
     /// passes launch it without hashing its inputs and checking the store again.
     ingredients: Option<KeyIngredients>,
     /// What happened, once settled.
@@ -357,64 +316,47 @@ impl Job {
 }
 
 /// What the main thread decides for a waiting instance.
-enum Decision<'a> {
-    /// Not now: a producer is unfinished, slots are short, or launching stopped.
+enum Decision {
+    /// Not now: a producer is unfinished, the executor is busy, or launching stopped.
     Wait,
-    /// Settled without a worker: cached, would run, skipped or failed.
-    Settled,
-    /// Start it on a worker.
-    Launch(Box<Worker<'a>>),
+    /// Settled or handed to the executor.
+    Progressed,
 }
 
-/// How long the main thread waits for a worker's message before it lets the
-/// display print what fell due (plain progress lines of silent stages).
+/// How long the main thread waits for an event before it lets the display print what
+/// fell due (plain progress lines of silent stages) and looks for an interrupt.
 const TICK: Duration = Duration::from_secs(1);
 
-/// A message from a worker to the main thread.
-enum Msg {
-    Progress(usize, ProgressEvent),
-    /// The stage waits for another process that computes the same key.
-    Waiting(usize),
-    Done(usize, Result<Finished, StageFailure>, Duration),
-}
-
-/// How a launched stage ended well.
-enum Finished {
-    /// It ran and its outputs were committed.
-    Ran(Outputs),
-    /// Another process committed the same key while this one waited for it.
-    Reused(Outputs),
-}
-
 /// One run, driven by the main thread: the job table (indexed like the
-/// plan's instances) and the thread slots. Only the main thread prints.
+/// plan's instances) and the executor. Only the main thread prints.
 struct Run<'r, 'a> {
-    exec: &'r Executor<'a>,
+    sched: &'r Scheduler<'a>,
     options: &'r RunOptions,
     display: &'r mut Display,
+    executor: &'r mut dyn Executor,
     lock: LockFile,
     /// What runs, in execution order.
     selected: Vec<usize>,
     forced: BTreeSet<usize>,
     jobs: Vec<Job>,
-    /// All thread slots (`-j`), and those no running stage holds.
-    slots: usize,
-    free_slots: usize,
-    /// Set after a failure without `--keep-going`.
+    /// Set after a failure without `--keep-going`, an interrupt or an executor error.
     stop_launching: bool,
-    cancelled: Arc<AtomicBool>,
+    interrupted: bool,
+    /// Why the executor cannot go on, once it said so.
+    fatal: Option<ExecutorError>,
 }
 
 impl<'r, 'a> Run<'r, 'a> {
     fn new(
-        exec: &'r Executor<'a>,
+        sched: &'r Scheduler<'a>,
         options: &'r RunOptions,
         display: &'r mut Display,
+        executor: &'r mut dyn Executor,
         lock: LockFile,
         selected: Vec<usize>,
         forced: BTreeSet<usize>,
     ) -> Self {
-        let jobs = exec
+        let jobs = sched
             .plan
             .pipeline
             .instances
@@ -425,111 +367,114 @@ impl<'r, 'a> Run<'r, 'a> {
                 outcome: None,
             })
             .collect();
-        let slots = options.jobs.max(1);
         Run {
-            exec,
+            sched,
             options,
             display,
+            executor,
             lock,
             selected,
             forced,
             jobs,
-            slots,
-            free_slots: slots,
             stop_launching: false,
-            cancelled: Arc::new(AtomicBool::new(false)),
+            interrupted: false,
+            fatal: None,
         }
     }
 
     fn instance(&self, idx: usize) -> &'a Instance {
-        &self.exec.plan.pipeline.instances[idx]
+        &self.sched.plan.pipeline.instances[idx]
     }
 
-    /// Decides and launches until nothing is waiting that can go on and no
-    /// stage runs; returns early only on a [`RunError`], after running stages end.
+    /// Decides and launches until nothing is waiting that can go on and nothing runs;
+    /// returns a [`RunError`] only after what runs has ended.
     fn schedule(&mut self) -> Result<(), RunError> {
-        let (tx, rx) = mpsc::channel::<Msg>();
-        std::thread::scope(|scope| {
-            loop {
-                if self.visit_waiting(scope, &tx)? {
-                    continue;
-                }
-                let running = self
-                    .jobs
-                    .iter()
-                    .any(|j| matches!(j.state, State::Running { .. }));
-                if !running {
-                    return Ok(());
-                }
-                match rx.recv_timeout(TICK) {
-                    Ok(msg) => self.receive(msg),
-                    Err(RecvTimeoutError::Timeout) => self.display.tick(),
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
-                }
+        loop {
+            self.check_interrupt();
+            if self.visit_waiting()? {
+                continue;
             }
-        })
+            let running = self.jobs.iter().any(|j| matches!(j.state, State::Running));
+            if !running {
+                break;
+            }
+            match self.executor.next_event(TICK) {
+                Some(event) => self.receive(event),
+                None => self.display.tick(),
+            }
+        }
+        match self.fatal.take() {
+            Some(source) => Err(RunError::Executor {
+                executor: self.executor.name(),
+                source,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// On the first interrupt: cancels what runs and stops launching.
+    fn check_interrupt(&mut self) {
+        if self.interrupted || !self.options.interrupt.load(Ordering::SeqCst) {
+            return;
+        }
+        self.interrupted = true;
+        self.stop_launching = true;
+        self.display.note(&format!(
+            "interrupted: cancelling what runs on the {} executor (interrupt again to quit at \
+             once)",
+            self.executor.name()
+        ));
+        self.executor.cancel_all();
     }
 
     /// One pass over the waiting instances; true when any was settled or launched.
-    fn visit_waiting<'scope>(
-        &mut self,
-        scope: &'scope Scope<'scope, '_>,
-        tx: &Sender<Msg>,
-    ) -> Result<bool, RunError>
-    where
-        'a: 'scope,
-    {
+    fn visit_waiting(&mut self) -> Result<bool, RunError> {
         let mut progressed = false;
         for i in 0..self.selected.len() {
             let idx = self.selected[i];
             if !matches!(self.jobs[idx].state, State::Waiting) {
                 continue;
             }
-            match self.decide(idx)? {
-                Decision::Wait => {}
-                Decision::Settled => progressed = true,
-                Decision::Launch(worker) => {
-                    let tx = tx.clone();
-                    scope.spawn(move || worker.run(tx));
-                    progressed = true;
-                }
+            if let Decision::Progressed = self.decide(idx)? {
+                progressed = true;
             }
         }
         Ok(progressed)
     }
 
     /// What to do with waiting instance `idx` now.
-    fn decide(&mut self, idx: usize) -> Result<Decision<'a>, RunError> {
+    fn decide(&mut self, idx: usize) -> Result<Decision, RunError> {
         if let Some(decision) = self.decide_by_producers(idx) {
             return Ok(decision);
         }
         if let Some(ingredients) = self.jobs[idx].ingredients.take() {
-            // Found stale on an earlier pass; only thread slots were short.
+            // Found stale on an earlier pass; the executor was busy.
             return self.launch(idx, ingredients);
         }
-        let (exec, jobs) = (self.exec, &self.jobs);
-        let ingredients = freshness::ingredients(exec.plan, exec.registry, exec.store, idx, |p| {
-            jobs[p].outputs()
-        });
+        let (sched, jobs) = (self.sched, &self.jobs);
+        let ingredients =
+            freshness::ingredients(sched.plan, sched.registry, sched.store, idx, |p| {
+                jobs[p].outputs()
+            });
         let ingredients = match ingredients {
             Ok(ingredients) => ingredients,
             Err(e) => {
                 self.fail(idx, e.into());
-                return Ok(Decision::Settled);
+                return Ok(Decision::Progressed);
             }
         };
         let name = &self.instance(idx).name;
         let forced = self.forced.contains(&idx);
-        match freshness::check(exec.store, &self.lock, name, &ingredients, forced) {
+        match freshness::check(sched.store, &self.lock, name, &ingredients, forced) {
             Freshness::Fresh(outputs) => {
                 self.jobs[idx].ingredients = Some(ingredients);
                 self.settle(idx, State::Done(outputs), Outcome::Cached);
-                Ok(Decision::Settled)
+                Ok(Decision::Progressed)
             }
             Freshness::Stale(reasons) if self.options.dry_run => {
                 // Downstream keys depend on outputs that do not exist yet.
                 self.settle(idx, State::WouldRun, Outcome::WouldRun(reasons));
-                Ok(Decision::Settled)
+                Ok(Decision::Progressed)
             }
             Freshness::Stale(_) => self.launch(idx, ingredients),
         }
@@ -537,8 +482,8 @@ impl<'r, 'a> Run<'r, 'a> {
 
     /// The decision its producers force: would run after one that would
     /// run, skipped after one that did not finish, wait for unfinished ones.
-    fn decide_by_producers(&mut self, idx: usize) -> Option<Decision<'a>> {
-        let producers = &self.exec.plan.deps[idx];
+    fn decide_by_producers(&mut self, idx: usize) -> Option<Decision> {
+        let producers = &self.sched.plan.deps[idx];
         let state_of = |p: usize| &self.jobs[p].state;
         if let Some(&p) = producers
             .iter()
@@ -547,7 +492,7 @@ impl<'r, 'a> Run<'r, 'a> {
             let producer = self.instance(p).name.clone();
             let why = StaleReason::ProducerWouldRun { producer };
             self.settle(idx, State::WouldRun, Outcome::WouldRun(vec![why]));
-            return Some(Decision::Settled);
+            return Some(Decision::Progressed);
         }
         if let Some(&p) = producers
             .iter()
@@ -555,7 +500,7 @@ impl<'r, 'a> Run<'r, 'a> {
         {
             let why = SkipReason::ProducerUnfinished(self.instance(p).name.clone());
             self.settle(idx, State::Skipped, Outcome::Skipped(why));
-            return Some(Decision::Settled);
+            return Some(Decision::Progressed);
         }
         let ready = producers
             .iter()
@@ -563,53 +508,65 @@ impl<'r, 'a> Run<'r, 'a> {
         (!ready).then_some(Decision::Wait)
     }
 
-    /// Claims thread slots for stale instance `idx` and hands it to a
-    /// worker, or waits when too few slots are free.
-    fn launch(
-        &mut self,
-        idx: usize,
-        ingredients: KeyIngredients,
-    ) -> Result<Decision<'a>, RunError> {
+    /// Hands stale instance `idx` to the executor, or keeps it waiting when the executor
+    /// is busy or launching stopped.
+    fn launch(&mut self, idx: usize, ingredients: KeyIngredients) -> Result<Decision, RunError> {
         if self.stop_launching {
             self.jobs[idx].ingredients = Some(ingredients);
             return Ok(Decision::Wait);
         }
+        let task = self.task(idx, ingredients)?;
+        let launched = self.executor.launch(idx, task);
+        match launched {
+            Ok(Launch::Started) => {
+                self.jobs[idx].state = State::Running;
+                self.display.started(idx, &self.instance(idx).name);
+                Ok(Decision::Progressed)
+            }
+            Ok(Launch::Busy(task)) => {
+                self.jobs[idx].ingredients = Some(task.ingredients);
+                Ok(Decision::Wait)
+            }
+            Ok(Launch::Rejected(why)) => {
+                self.fail(idx, StageFailure::Resources(why));
+                Ok(Decision::Progressed)
+            }
+            Err(e) => {
+                self.display.note(&format!("{}: {e}", self.executor.name()));
+                self.fatal = Some(e);
+                self.stop_launching = true;
+                self.executor.cancel_all();
+                Ok(Decision::Wait)
+            }
+        }
+    }
+
+    /// The task of stale instance `idx`, with the ingredients of its key (also kept in the
+    /// job table).
+    fn task(&mut self, idx: usize, ingredients: KeyIngredients) -> Result<Task, RunError> {
         let inst = self.instance(idx);
         let kind = self
-            .exec
+            .sched
             .registry
             .get(&inst.kind)
             .ok_or_else(|| RunError::UnknownKind {
                 stage: inst.name.clone(),
                 kind: inst.kind.clone(),
             })?;
-        let claim = match kind.threads(&inst.params) {
-            Threads::Fixed(t) => t.clamp(1, self.slots),
-            Threads::All => self.slots,
-        };
-        if claim > self.free_slots {
-            self.jobs[idx].ingredients = Some(ingredients);
-            return Ok(Decision::Wait);
-        }
-        self.free_slots -= claim;
-        self.jobs[idx].state = State::Running { claim };
-        self.display.started(idx, &inst.name);
-        let worker = Worker {
-            idx,
-            name: &inst.name,
-            kind,
-            params: &inst.params,
+        let task = Task {
+            instance: inst.name.clone(),
+            kind: inst.kind.clone(),
+            params: inst.params.clone(),
             inputs: self.inputs_of(inst),
-            store: self.exec.store,
-            base_dir: &self.exec.plan.pipeline.base_dir,
-            threads: claim,
             key: ingredients.key(),
             ingredients: ingredients.clone(),
             forced: self.forced.contains(&idx),
-            cancelled: Arc::clone(&self.cancelled),
+            threads: kind.threads(&inst.params),
+            resources: inst.resources,
+            base_dir: self.sched.plan.pipeline.base_dir.clone(),
         };
         self.jobs[idx].ingredients = Some(ingredients);
-        Ok(Decision::Launch(Box::new(worker)))
+        Ok(task)
     }
 
     /// The artifacts `inst` reads, by input name.
@@ -622,7 +579,7 @@ impl<'r, 'a> Run<'r, 'a> {
                 producer_kind: producer.kind.clone(),
                 producer_params: producer.params.clone(),
                 output: output.to_owned(),
-                path: self.exec.store.data_dir(&hash),
+                path: self.sched.store.data_dir(&hash),
                 hash,
             })
         };
@@ -638,35 +595,28 @@ impl<'r, 'a> Run<'r, 'a> {
             .collect()
     }
 
-    /// Handles one message from a worker.
-    fn receive(&mut self, msg: Msg) {
-        match msg {
-            Msg::Progress(idx, event) => self.display.progress(idx, event),
-            Msg::Waiting(idx) => {
-                let note = "waiting for another cwm process computing the same key";
-                self.display
-                    .progress(idx, ProgressEvent::Message(note.into()));
+    /// Handles one event from the executor.
+    fn receive(&mut self, event: Event) {
+        match event {
+            Event::Progress(idx, event) => self.display.progress(idx, event),
+            Event::Note(idx, note) => self.display.progress(idx, ProgressEvent::Message(note)),
+            Event::Notice(idx, notice) => {
+                let name = &self.instance(idx).name;
+                self.display.note(&format!("{name}: {notice}"));
             }
-            Msg::Done(idx, result, elapsed) => {
-                if let State::Running { claim } = self.jobs[idx].state {
-                    self.free_slots += claim;
-                }
-                match result {
-                    Ok(Finished::Ran(outputs)) => {
-                        self.settle(idx, State::Done(outputs), Outcome::Ran(elapsed));
-                    }
-                    Ok(Finished::Reused(outputs)) => {
-                        let line = Outcome::Cached.line(&self.instance(idx).name);
-                        self.display.finished(
-                            idx,
-                            &format!("{line} (computed by another cwm process)"),
-                            Settled::Cached,
-                        );
-                        self.record(idx, State::Done(outputs), Outcome::Cached);
-                    }
-                    Err(failure) => self.fail(idx, failure),
-                }
+            Event::Done(idx, Ok(Finished::Ran(outputs)), elapsed) => {
+                self.settle(idx, State::Done(outputs), Outcome::Ran(elapsed));
             }
+            Event::Done(idx, Ok(Finished::Reused(outputs)), _) => {
+                let line = Outcome::Cached.line(&self.instance(idx).name);
+                self.display.finished(
+                    idx,
+                    &format!("{line} (computed by another cwm process)"),
+                    Settled::Cached,
+                );
+                self.record(idx, State::Done(outputs), Outcome::Cached);
+            }
+            Event::Done(idx, Err(failure), _) => self.fail(idx, failure),
         }
     }
 
@@ -688,16 +638,18 @@ impl<'r, 'a> Run<'r, 'a> {
         self.stop_launching |= !self.options.keep_going;
     }
 
-    /// Marks what never started (launching stopped after a failure) skipped.
+    /// Marks what never started (launching stopped after a failure or an interrupt)
+    /// skipped.
     fn skip_unstarted(&mut self) {
+        let why = if self.interrupted {
+            SkipReason::Interrupted
+        } else {
+            SkipReason::RunStopped
+        };
         for i in 0..self.selected.len() {
             let idx = self.selected[i];
             if matches!(self.jobs[idx].state, State::Waiting) {
-                self.settle(
-                    idx,
-                    State::Skipped,
-                    Outcome::Skipped(SkipReason::RunStopped),
-                );
+                self.settle(idx, State::Skipped, Outcome::Skipped(why.clone()));
             }
         }
     }
@@ -705,7 +657,7 @@ impl<'r, 'a> Run<'r, 'a> {
     /// Updates `cwm.lock` and the store's run record (not for a dry run),
     /// saves the stat cache and reports the outcomes in execution order.
     fn finish(mut self, lock_path: &Path) -> Result<RunReport, RunError> {
-        let store = self.exec.store;
+        let store = self.sched.store;
         if !self.options.dry_run {
             self.update_lock();
             self.lock.write(lock_path)?;
@@ -718,14 +670,17 @@ impl<'r, 'a> Run<'r, 'a> {
                 outcomes.push((self.instance(idx).name.clone(), outcome));
             }
         }
-        Ok(RunReport { outcomes })
+        Ok(RunReport {
+            outcomes,
+            interrupted: self.interrupted,
+        })
     }
 
     /// Records every finished instance in the lock, keeps others that still
     /// exist in the pipeline, and drops entries of instances that no longer do.
     fn update_lock(&mut self) {
         let mut stages = Vec::with_capacity(self.jobs.len());
-        for &idx in &self.exec.plan.order {
+        for &idx in &self.sched.plan.order {
             let name = &self.instance(idx).name;
             match self.jobs[idx].finished() {
                 Some((outputs, ing)) => stages.push(LockEntry::new(name, &ing.key(), ing, outputs)),
@@ -748,142 +703,13 @@ impl<'r, 'a> Run<'r, 'a> {
     }
 }
 
-/// Forwards a stage's progress to the main thread.
-struct ChannelSink {
-    idx: usize,
-    tx: Sender<Msg>,
-}
-
-impl ProgressSink for ChannelSink {
-    fn event(&self, event: ProgressEvent) {
-        let _ = self.tx.send(Msg::Progress(self.idx, event));
-    }
-}
-
-/// What a worker thread needs to run one stage.
-struct Worker<'a> {
-    idx: usize,
-    name: &'a str,
-    kind: &'a dyn StageKind,
-    params: &'a Params,
-    inputs: BTreeMap<String, Vec<InputArtifact>>,
-    store: &'a Store,
-    base_dir: &'a Path,
-    threads: usize,
-    key: String,
-    ingredients: KeyIngredients,
-    forced: bool,
-    cancelled: Arc<AtomicBool>,
-}
-
-impl Worker<'_> {
-    /// Runs the stage and reports the result and its duration.
-    fn run(self, tx: Sender<Msg>) {
-        let started = Instant::now();
-        let idx = self.idx;
-        let result = self.run_locked(&tx);
-        let _ = tx.send(Msg::Done(idx, result, started.elapsed()));
-    }
-
-    /// Runs the stage in a staging directory and commits its outputs, holding
-    /// the key's lock; reuses the result if another process committed it while
-    /// this one waited for the lock.
-    fn run_locked(mut self, tx: &Sender<Msg>) -> Result<Finished, StageFailure> {
-        let (_key_lock, waited) = self.store.lock_key(&self.key)?;
-        if waited {
-            let _ = tx.send(Msg::Waiting(self.idx));
-        }
-        if !self.forced
-            && let Some(outputs) = self.store.intact_outputs(&self.key)
-        {
-            return Ok(Finished::Reused(outputs));
-        }
-        let staging = self.store.stage(self.name, self.kind.outputs())?;
-        let inputs = std::mem::take(&mut self.inputs);
-        let (started, finished) = match self.execute(inputs, &staging, tx.clone()) {
-            Ok(times) => times,
-            Err(fault) => {
-                let log = self.store.discard(staging);
-                let saved = save_failed_log(self.store, self.name, &log);
-                let log = LogTail::of(&log, saved);
-                return Err(StageFailure::Stage { fault, log });
-            }
-        };
-        let info = CommitInfo {
-            instance: self.name,
-            key: &self.key,
-            ingredients: &self.ingredients,
-            started,
-            finished,
-        };
-        let outputs = self.store.commit(staging, &info)?;
-        // The result is in the store: nothing will resume from the partial state any more.
-        let _ = self.store.remove_partial(&self.key);
-        Ok(Finished::Ran(outputs))
-    }
-
-    /// Runs the stage's code on `staging`, catching a panic; returns when it
-    /// started and finished.
-    fn execute(
-        &self,
-        inputs: BTreeMap<String, Vec<InputArtifact>>,
-        staging: &Staging,
-        tx: Sender<Msg>,
-    ) -> Result<(SystemTime, SystemTime), StageFault> {
-        let log = OpenOptions::new()
-            .append(true)
-            .open(&staging.log)
-            .map(StageLog::to_file)
-            .unwrap_or_else(|_| StageLog::discard());
-        let progress = Progress::new(Arc::new(ChannelSink { idx: self.idx, tx }));
-        let ctx = StageContext::new(
-            self.name,
-            self.params.clone(),
-            inputs,
-            staging.outputs.clone(),
-            self.base_dir.to_path_buf(),
-            self.threads,
-            progress,
-            log,
-            Arc::clone(&self.cancelled),
-        )
-        .with_partial_dir(self.store.partial_dir(&self.key));
-        let started = SystemTime::now();
-        let result = catch_unwind(AssertUnwindSafe(|| self.kind.run(&ctx)));
-        let finished = SystemTime::now();
-        drop(ctx);
-        match result {
-            Ok(Ok(())) => Ok((started, finished)),
-            Ok(Err(e)) => Err(StageFault::Error(e)),
-            Err(panic) => Err(StageFault::Panicked(panic_message(&*panic))),
-        }
-    }
-}
-
-/// The message a panic carried.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
-/// Keeps a failed stage's log at `artifacts/failed/<instance>.log`.
-fn save_failed_log(store: &Store, name: &str, log: &str) -> Option<PathBuf> {
-    let dir = store.root().join("failed");
-    fs::create_dir_all(&dir).ok()?;
-    let path = dir.join(format!("{}.log", cwm_formats::fs::file_safe(name)));
-    fs::write(&path, log).ok()?;
-    Some(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::display::ProgressMode;
     use crate::pipeline::{LoadOptions, load_str};
     use crate::test_kinds::registry;
+    use std::fs;
 
     /// Runs `pipeline` (in a fresh directory named after `name`) with each of `runs`.
     fn run_all(
@@ -904,7 +730,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(pipeline).unwrap();
         let store = Store::open(&dir.join("artifacts")).unwrap();
-        let executor = Executor {
+        let scheduler = Scheduler {
             plan: &plan,
             registry: &registry,
             store: &store,
@@ -912,7 +738,7 @@ mod tests {
         let mut display = Display::new(true, ProgressMode::Off);
         let reports = runs
             .iter()
-            .map(|options| executor.run(options, &mut display))
+            .map(|options| scheduler.run_local(options, &mut display, Vec::new()))
             .collect();
         fs::remove_dir_all(&dir).unwrap();
         reports

@@ -394,8 +394,7 @@ impl Store {
     pub(crate) fn remove_artifact(&self, hash: &str) -> Result<(), StoreError> {
         let n = STAGING_COUNTER.fetch_add(1, Ordering::Relaxed);
         let doomed = self
-            .root
-            .join("tmp")
+            .scratch_dir()?
             .join(format!("{}-{n}-removing-{hash}", std::process::id()));
         let dir = self.artifact_dir(hash);
         fs::rename(&dir, &doomed).map_err(io_err(&dir))?;
@@ -430,8 +429,7 @@ impl Store {
         let mut safe = file_safe(instance);
         safe.truncate(64);
         let root = self
-            .root
-            .join("tmp")
+            .scratch_dir()?
             .join(format!("{}-{n}-{safe}", std::process::id()));
         if root.exists() {
             fs::remove_dir_all(&root).map_err(io_err(&root))?;
@@ -602,8 +600,7 @@ impl Store {
 
     /// Removes `tmp/` entries whose owning process is gone.
     fn remove_dead_staging(&self) {
-        let tmp = self.root.join("tmp");
-        let Ok(entries) = fs::read_dir(&tmp) else {
+        let Ok(entries) = fs::read_dir(self.root.join("tmp").join(file_safe(&host_name()))) else {
             return;
         };
         for entry in entries.flatten() {
@@ -617,6 +614,15 @@ impl Store {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
+    }
+
+    /// This machine's scratch directory, `tmp/<host>/`: staging directories are named by
+    /// process id, which only this machine can check for life (on a shared store, cluster
+    /// jobs on other nodes stage beside this process).
+    fn scratch_dir(&self) -> Result<PathBuf, StoreError> {
+        let dir = self.root.join("tmp").join(file_safe(&host_name()));
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        Ok(dir)
     }
 
     /// Every artifact in the store with its manifest (unreadable ones skipped).
@@ -778,7 +784,8 @@ mod tests {
         );
         assert_eq!(store.lookup("nope").unwrap(), None);
         assert_eq!(store.integrity(&hashes[0]), Integrity::Intact);
-        assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+        let scratch = root.join("tmp").join(file_safe(&host_name()));
+        assert_eq!(fs::read_dir(scratch).unwrap().count(), 0);
         let file = store.data_dir(&hashes[0]).join("f.txt");
         let mut perms = fs::metadata(&file).unwrap().permissions();
         assert!(perms.readonly());
