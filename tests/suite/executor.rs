@@ -288,18 +288,9 @@ fn a_stage_killed_with_sigkill_leaves_nothing_finished_and_the_next_run_complete
     // Wait until the stage has written part of its output.
     let deadline = Instant::now() + Duration::from_secs(20);
     let partial_written = loop {
-        // Staging directories are under `tmp/<host>/`.
-        let found = std::fs::read_dir(ws.artifacts().join("tmp"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .flat_map(|host| {
-                std::fs::read_dir(host.path())
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-            })
-            .any(|e| e.path().join("out/out/x").exists());
+        let found = staging_dirs(&ws)
+            .iter()
+            .any(|dir| dir.join("out/out/x").exists());
         if found || Instant::now() > deadline {
             break found;
         }
@@ -328,17 +319,7 @@ fn a_stage_killed_with_sigkill_leaves_nothing_finished_and_the_next_run_complete
     let run = ws.run_json(&[]);
     assert_eq!(names(&run, "ran"), ["slow", "after"]);
     // The dead run's temp directory was cleaned up.
-    let leftovers: Vec<_> = std::fs::read_dir(ws.artifacts().join("tmp"))
-        .unwrap()
-        .flatten()
-        .flat_map(|host| {
-            std::fs::read_dir(host.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-        })
-        .map(|e| e.path())
-        .collect();
+    let leftovers = staging_dirs(&ws);
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -352,4 +333,20 @@ fn ls_lists_artifacts_with_sizes() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&ws.ok(&["ls", "--json"])).unwrap();
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r["size"].as_u64().unwrap() > 0));
+}
+
+/// The staging directories in the workspace's store (under `tmp/<host>/`).
+fn staging_dirs(ws: &Workspace) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(ws.artifacts().join("tmp"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|host| {
+            std::fs::read_dir(host.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|e| e.path())
+        .collect()
 }
