@@ -9,7 +9,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::Subcommand;
 use cwm_engine::executor::job::{JobEnd, JobSignals, run_job};
+use cwm_engine::executor::local::visible_gpus;
 use cwm_engine::executor::slurm::probe;
+use cwm_engine::store::host_name;
 use signal_hook::consts::{SIGTERM, SIGUSR1};
 
 use super::Context;
@@ -60,11 +62,11 @@ fn run_spec(spec: &std::path::Path, ctx: &Context) -> Result<ExitCode> {
     }
     signal_hook::flag::register(SIGUSR1, Arc::clone(&signals.warned))
         .context("installing the signal handlers")?;
-    let gpus = visible_gpus();
+    let gpus = visible_gpus().unwrap_or_default();
     println!(
         "cwm job: {} on {} (GPUs {gpus:?}, restart {})",
         spec.display(),
-        hostname(),
+        host_name(),
         restarts()
     );
     let end = run_job(spec, &ctx.registry, gpus, &signals)?;
@@ -106,27 +108,10 @@ fn requeue_self() -> Result<ExitCode> {
     Ok(ExitCode::from(143))
 }
 
-/// The GPU ids Slurm gave this job (`CUDA_VISIBLE_DEVICES`), if any.
-fn visible_gpus() -> Vec<u32> {
-    std::env::var("CUDA_VISIBLE_DEVICES")
-        .map(|v| {
-            v.split(',')
-                .filter_map(|id| id.trim().parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// How often Slurm restarted this job (`SLURM_RESTART_COUNT`).
 fn restarts() -> u32 {
     std::env::var("SLURM_RESTART_COUNT")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default()
 }

@@ -166,12 +166,20 @@ pub fn gpu_pool(setting: Option<&[u32]>) -> Vec<u32> {
     if let Some(ids) = setting {
         return ids.to_vec();
     }
-    if let Ok(visible) = std::env::var("CUDA_VISIBLE_DEVICES") {
-        return visible
-            .split(',')
-            .filter_map(|id| id.trim().parse().ok())
-            .collect();
+    if let Some(ids) = visible_gpus() {
+        return ids;
     }
     let count = std::fs::read_dir("/proc/driver/nvidia/gpus").map_or(0, Iterator::count);
     (0..count as u32).collect()
+}
+
+/// The integer GPU ids in `CUDA_VISIBLE_DEVICES` (what Slurm gives a job), when it is set.
+pub fn visible_gpus() -> Option<Vec<u32>> {
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok()?;
+    Some(
+        visible
+            .split(',')
+            .filter_map(|id| id.trim().parse().ok())
+            .collect(),
+    )
 }

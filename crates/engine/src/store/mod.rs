@@ -691,7 +691,7 @@ fn sync_dirs(root: &Path) -> Result<(), StoreError> {
 }
 
 /// This machine's host name.
-pub(crate) fn host_name() -> String {
+pub fn host_name() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_owned())

@@ -2,10 +2,12 @@
 //! time (a controller that does not answer makes them block), and counted, so a run can say
 //! how hard it worked the controller.
 
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::state::{JobState, parse_squeue};
 use crate::executor::ExecutorError;
 
 /// How long one Slurm command may take.
@@ -56,6 +58,36 @@ impl SlurmCli {
             _ => {}
         }
         run_bounded(program, args, CALL_TIMEOUT)
+    }
+}
+
+impl SlurmCli {
+    /// The states of jobs `ids` from one `squeue` call (all states, so jobs that just ended
+    /// are seen until Slurm's `MinJobAge`); ids Slurm no longer knows are left out.
+    ///
+    /// # Errors
+    /// [`ExecutorError`] when `squeue` fails.
+    pub fn job_states(&mut self, ids: &[u64]) -> Result<BTreeMap<u64, JobState>, ExecutorError> {
+        if ids.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+        let args = vec![
+            "--noheader".to_owned(),
+            "--states=all".to_owned(),
+            format!("--jobs={}", list.join(",")),
+            "--format=%i|%T|%r".to_owned(),
+        ];
+        let out = self.call("squeue", &args)?;
+        // squeue leaves unknown ids out, except that it fails when the only id asked about
+        // is unknown: that, too, is an id without a state.
+        if !out.ok && !out.stderr.contains("Invalid job id") {
+            return Err(ExecutorError::Cluster(format!(
+                "squeue failed: {}",
+                out.stderr.trim()
+            )));
+        }
+        Ok(parse_squeue(&out.stdout))
     }
 }
 

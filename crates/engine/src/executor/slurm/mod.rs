@@ -127,7 +127,7 @@ impl<'a> SlurmExecutor<'a> {
         }
         let records = records::all(self.store.root());
         let ids: Vec<u64> = records.iter().map(|r| r.job_id).collect();
-        let states = self.squeue(&ids)?;
+        let states = self.cli.job_states(&ids)?;
         let mut live = BTreeMap::new();
         for record in records {
             let files = JobFiles::new(self.store.root(), &record.key);
@@ -140,32 +140,6 @@ impl<'a> SlurmExecutor<'a> {
         }
         self.adoptable = Some(live);
         Ok(())
-    }
-
-    /// The states of jobs `ids` from one `squeue` call (all states, so jobs that just ended
-    /// are seen until Slurm's `MinJobAge`).
-    fn squeue(&mut self, ids: &[u64]) -> Result<BTreeMap<u64, JobState>, ExecutorError> {
-        if ids.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
-        let args = vec![
-            "--noheader".to_owned(),
-            "--states=all".to_owned(),
-            format!("--jobs={}", list.join(",")),
-            "--format=%i|%T|%r".to_owned(),
-        ];
-        let out = self.cli.call("squeue", &args)?;
-        if !out.ok && !out.stderr.contains("Invalid job id") {
-            return Err(ExecutorError::Cluster(format!(
-                "squeue failed: {}",
-                out.stderr.trim()
-            )));
-        }
-        // With an id Slurm has forgotten, squeue may fail outright; the ids it still knows
-        // are then asked again without the forgotten ones by the caller's next poll, and
-        // each forgotten one is looked up alone (see `missing`).
-        Ok(state::parse_squeue(&out.stdout))
     }
 
     /// Starts tracking a job of an earlier run for task `id`.
@@ -258,7 +232,7 @@ impl<'a> SlurmExecutor<'a> {
     fn poll(&mut self) -> Result<(), ExecutorError> {
         self.stats.polls += 1;
         let ids: Vec<u64> = self.tracked.iter().map(|t| t.record.job_id).collect();
-        let states = self.squeue(&ids)?;
+        let states = self.cli.job_states(&ids)?;
         let mut i = 0;
         while i < self.tracked.len() {
             let job_id = self.tracked[i].record.job_id;
@@ -396,9 +370,10 @@ pub fn jobs_in_flight(store: &Store) -> Vec<JobInFlight> {
     if recorded.is_empty() {
         return Vec::new();
     }
-    let mut executor = SlurmExecutor::new(SlurmSettings::default(), store, PathBuf::new());
     let ids: Vec<u64> = recorded.iter().map(|r| r.job_id).collect();
-    let states = executor.squeue(&ids).map_err(|e| e.to_string());
+    let states = SlurmCli::default()
+        .job_states(&ids)
+        .map_err(|e| e.to_string());
     recorded
         .into_iter()
         .map(|record| {

@@ -11,9 +11,11 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::cli::SlurmCli;
-use super::state::{JobState, parse_squeue};
+use super::state::JobState;
+use super::submit::shell_quote;
 use crate::executor::ExecutorError;
 use crate::executor::settings::SlurmSettings;
+use crate::store::host_name;
 
 /// The exit status of `cwm job probe` on a node that does not see the store.
 pub const UNSHARED_EXIT: u8 = 3;
@@ -63,7 +65,7 @@ fn submit_and_wait(
             args.push(format!("--{name}={value}"));
         }
     }
-    let quoted = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let quoted = |p: &Path| shell_quote(&p.display().to_string());
     args.push(format!(
         "--wrap=exec {} job probe {} {token}",
         quoted(cwm),
@@ -98,17 +100,11 @@ fn wait_for_end(
     let started = Instant::now();
     let mut pause = Duration::from_millis(200);
     loop {
-        let args = vec![
-            "--noheader".to_owned(),
-            "--states=all".to_owned(),
-            format!("--jobs={job_id}"),
-            "--format=%i|%T|%r".to_owned(),
-        ];
-        let out = cli.call("squeue", &args)?;
-        let state = parse_squeue(&out.stdout).remove(&job_id);
+        let state = cli.job_states(&[job_id])?.remove(&job_id);
         match state {
             Some(state @ JobState::Ended(_)) => return Ok(state),
-            None if out.ok => return Ok(JobState::Ended(super::state::Ended::Completed)),
+            // Gone from squeue's view: it ended; its reply says how.
+            None => return Ok(JobState::Ended(super::state::Ended::Completed)),
             Some(state) if started.elapsed() >= timeout => {
                 let _ = cli.call("scancel", &[job_id.to_string()]);
                 return Err(ExecutorError::Cluster(format!(
@@ -187,8 +183,7 @@ pub fn answer(dir: &Path, token: &str, version: &str) -> Result<(), String> {
             }
         ));
     }
-    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let reply = format!("{token}\nhost {}\ncwm {version}\n", host.trim());
+    let reply = format!("{token}\nhost {}\ncwm {version}\n", host_name());
     fs::write(dir.join("reply"), reply).map_err(|e| format!("writing the reply: {e}"))
 }
 
@@ -230,7 +225,7 @@ mod tests {
             dir,
         );
         assert!(
-            unshared.contains("shared") && unshared.contains("/s/artifacts"),
+            unshared.contains("compute nodes share") && unshared.contains("/s/artifacts"),
             "{unshared}"
         );
         let no_cwm = probe_failure(

@@ -20,7 +20,7 @@ pub fn batch_script(cwm: &Path, spec: &Path, instance: &str) -> String {
 }
 
 /// `text` as one single-quoted shell word.
-fn shell_quote(text: &str) -> String {
+pub(super) fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
