@@ -57,7 +57,48 @@ impl StageKind for Typed {
     }
 }
 
+/// `hold`: holds the GPUs the executor assigned for `ms` milliseconds and appends one line
+/// `name start_ns end_ns gpu,gpu` to the file `log`, for the GPU pool tests.
+pub(crate) struct Hold;
+
+const HOLD: KindDecl = KindDecl::new("hold", "test kind: holds its GPUs for a while")
+    .params(&[
+        ParamSpec::required("log", ParamType::Str, "file the assignment is appended to"),
+        ParamSpec::required("ms", ParamType::Int, "how long to hold"),
+    ])
+    .extra_params()
+    .inputs(InputsDecl::Any);
+
+impl StageKind for Hold {
+    fn decl(&self) -> &'static KindDecl {
+        &HOLD
+    }
+    fn fingerprint(&self) -> String {
+        "hold-v1".into()
+    }
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        use std::io::Write;
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        };
+        let start = now();
+        std::thread::sleep(std::time::Duration::from_millis(ctx.params().uint("ms")?));
+        let end = now();
+        let gpus: Vec<String> = ctx.gpus().iter().map(u32::to_string).collect();
+        let line = format!("{} {start} {end} {}\n", ctx.instance(), gpus.join(","));
+        let log = std::path::Path::new(ctx.params().str("log")?);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(|e| StageError::io(log, e))
+    }
+}
+
 /// A registry of the test kinds.
 pub(crate) fn registry() -> Registry {
-    Registry::from_kinds(vec![Box::new(Step), Box::new(Typed)])
+    Registry::from_kinds(vec![Box::new(Step), Box::new(Typed), Box::new(Hold)])
 }

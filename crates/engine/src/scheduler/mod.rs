@@ -717,6 +717,16 @@ mod tests {
         pipeline: &str,
         runs: &[RunOptions],
     ) -> Vec<Result<RunReport, RunError>> {
+        run_all_with_gpus(name, pipeline, runs, &[])
+    }
+
+    /// [`run_all`] on a local executor whose GPU pool is `gpus`.
+    fn run_all_with_gpus(
+        name: &str,
+        pipeline: &str,
+        runs: &[RunOptions],
+        gpus: &[u32],
+    ) -> Vec<Result<RunReport, RunError>> {
         let dir = std::env::temp_dir().join(format!("cwm-executor-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
@@ -738,7 +748,7 @@ mod tests {
         let mut display = Display::new(true, ProgressMode::Off);
         let reports = runs
             .iter()
-            .map(|options| scheduler.run_local(options, &mut display, Vec::new()))
+            .map(|options| scheduler.run_local(options, &mut display, gpus.to_vec()))
             .collect();
         fs::remove_dir_all(&dir).unwrap();
         reports
@@ -820,5 +830,85 @@ mod tests {
             );
             assert_eq!(lines[1..], ["b: skipped (`a` did not finish)", last]);
         }
+    }
+
+    /// The GPU pool: with two GPUs and four slots, stages asking for one GPU each run two at a
+    /// time, never two on one device at once, and a stage asking for both runs alone.
+    #[test]
+    fn local_gpu_pool_never_gives_one_device_to_two_running_stages() {
+        let log = std::env::temp_dir().join(format!("cwm-gpu-pool-{}.log", std::process::id()));
+        let _ = fs::remove_file(&log);
+        let mut pipeline = String::from("stages:\n");
+        for (name, gpus) in [
+            ("a", 1),
+            ("b", 1),
+            ("c", 1),
+            ("d", 1),
+            ("both", 2),
+            ("e", 1),
+            ("f", 1),
+        ] {
+            pipeline.push_str(&format!(
+                "  {name}:\n    uses: hold\n    params: {{log: {}, ms: 150, id: {name}}}\n    resources: {{gpus: {gpus}}}\n",
+                log.display()
+            ));
+        }
+        let options = RunOptions {
+            jobs: 4,
+            ..RunOptions::default()
+        };
+        let report = run_all_with_gpus("gpu-pool", &pipeline, &[options], &[0, 1])
+            .remove(0)
+            .unwrap();
+        assert!(
+            described(&report).iter().all(|o| o.ends_with(": ran")),
+            "{:?}",
+            described(&report)
+        );
+        let spans = held_spans(&fs::read_to_string(&log).unwrap());
+        fs::remove_file(&log).unwrap();
+        assert_eq!(spans.len(), 7);
+        for (name, _, _, gpus) in &spans {
+            if name == "both" {
+                assert_eq!(gpus, &[0, 1], "{name}");
+            } else {
+                assert!(gpus.len() == 1 && gpus[0] < 2, "{name}: {gpus:?}");
+            }
+        }
+        let mut overlapping = 0;
+        for (i, x) in spans.iter().enumerate() {
+            for y in &spans[i + 1..] {
+                if x.1 < y.2 && y.1 < x.2 {
+                    overlapping += 1;
+                    assert!(
+                        x.3.iter().all(|g| !y.3.contains(g)),
+                        "{x:?} and {y:?} overlap on a GPU"
+                    );
+                }
+            }
+        }
+        assert!(
+            overlapping > 0,
+            "no two stages ever ran together: {spans:?}"
+        );
+    }
+
+    /// The `hold` kind's log lines as (name, start, end, gpus).
+    fn held_spans(log: &str) -> Vec<(String, u128, u128, Vec<u32>)> {
+        log.lines()
+            .map(|line| {
+                let f: Vec<&str> = line.split(' ').collect();
+                let gpus = f[3]
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(|g| g.parse().unwrap());
+                (
+                    f[0].to_owned(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                    gpus.collect(),
+                )
+            })
+            .collect()
     }
 }
