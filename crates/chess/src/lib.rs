@@ -9,6 +9,8 @@
 //! * [`ids`] names examples (HMAC of the Site header, or a counter for random games) and
 //!   [`split`] assigns them to training or validation by an MD5 bucket (spec E.3, E.4).
 //! * [`jsonl`] writes the reference JSONL line of an example byte for byte (spec E.6).
+//! * [`rules`] is the rules engine of the diagnostics: python-chess-exact validity flags, tiers,
+//!   playable positions, legal-move sets as token ids, rule queries and the event tagger.
 //!
 //! The crate is a library only: it reads no configuration, writes no files and prints nothing.
 //! Every type it hands out is `Send`, so the pipeline stages can move games between threads.
@@ -51,6 +53,7 @@ pub mod encode;
 pub mod ids;
 pub mod jsonl;
 pub mod replay;
+pub mod rules;
 pub mod split;
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
