@@ -58,8 +58,36 @@ pub mod split;
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
+/// The fingerprint of the crate without the rules engine ([`rules`]): what the stages that
+/// read, encode or split games depend on. Editing the diagnostics' rules therefore reruns the
+/// diagnostics only, not parse, tokenize or the evaluations of a whole study.
+pub fn games_fingerprint() -> String {
+    let kept: Vec<String> = FILE_FINGERPRINTS
+        .iter()
+        .filter(|(name, _)| !name.starts_with("src/rules/"))
+        .map(|(name, digest)| format!("{name}={digest}"))
+        .collect();
+    kept.join(";")
+}
+
 #[cfg(test)]
 mod tests {
+    /// The games fingerprint leaves out exactly the rules engine.
+    #[test]
+    fn games_fingerprint_leaves_out_the_rules_only() {
+        let games = crate::games_fingerprint();
+        assert!(games.contains("src/encode.rs=") && games.contains("Cargo.toml="));
+        assert!(!games.contains("src/rules/"));
+        let rules = crate::FILE_FINGERPRINTS
+            .iter()
+            .filter(|(name, _)| name.starts_with("src/rules/"))
+            .count();
+        assert_eq!(
+            games.split(';').count() + rules,
+            crate::FILE_FINGERPRINTS.len()
+        );
+    }
+
     /// The pipeline moves these between threads.
     #[test]
     fn public_types_are_send_and_sync_where_shared() {

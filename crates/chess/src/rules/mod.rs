@@ -53,6 +53,27 @@ mod queries;
 mod status;
 mod tiers;
 
+/// Helpers of the module's unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use shakmaty::{CastlingMode, Chess, fen::Fen, uci::UciMove};
+
+    use crate::encode::pack_move;
+
+    /// The position of a FEN.
+    pub(crate) fn position(fen: &str) -> Chess {
+        fen.parse::<Fen>()
+            .unwrap()
+            .into_position(CastlingMode::Standard)
+            .unwrap()
+    }
+
+    /// The packed id of a UCI move in `position`.
+    pub(crate) fn id(position: &Chess, uci: &str) -> u16 {
+        pack_move(&uci.parse::<UciMove>().unwrap().to_move(position).unwrap())
+    }
+}
+
 pub use events::{EventTags, GameTagger, LabelSet, StepTags, TagError};
 pub use moves::{
     footprint, from_square_of, ids_from, intersection_len, legal_ids, move_of_token, play_labels,

@@ -172,21 +172,9 @@ pub(crate) fn castling_label_of_corner(corner: Square) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use shakmaty::{fen::Fen, uci::UciMove};
-
     use super::*;
-    use crate::encode::{INITIAL_STATE, encode_state, pack_move};
-
-    fn position(fen: &str) -> Chess {
-        fen.parse::<Fen>()
-            .unwrap()
-            .into_position(CastlingMode::Standard)
-            .unwrap()
-    }
-
-    fn id(position: &Chess, uci: &str) -> u16 {
-        pack_move(&uci.parse::<UciMove>().unwrap().to_move(position).unwrap())
-    }
+    use crate::encode::{INITIAL_STATE, encode_state};
+    use crate::rules::test_support::{id, position};
 
     #[test]
     fn the_initial_position_has_20_sorted_legal_ids() {

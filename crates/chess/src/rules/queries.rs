@@ -134,21 +134,10 @@ pub fn absolute_pins(position: &Chess, out: &mut Vec<Pin>) {
 
 #[cfg(test)]
 mod tests {
-    use shakmaty::{CastlingMode, fen::Fen, uci::UciMove};
+    use shakmaty::uci::UciMove;
 
     use super::*;
-    use crate::encode::pack_move;
-
-    fn position(fen: &str) -> Chess {
-        fen.parse::<Fen>()
-            .unwrap()
-            .into_position(CastlingMode::Standard)
-            .unwrap()
-    }
-
-    fn id(position: &Chess, uci: &str) -> u16 {
-        pack_move(&uci.parse::<UciMove>().unwrap().to_move(position).unwrap())
-    }
+    use crate::rules::test_support::{id, position};
 
     #[test]
     fn checkers_of_a_double_check() {
