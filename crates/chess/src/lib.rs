@@ -60,31 +60,36 @@ include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
 /// The fingerprint of the crate without the rules engine ([`rules`]): what the stages that
 /// read, encode or split games depend on. Editing the diagnostics' rules therefore reruns the
-/// diagnostics only, not parse, tokenize or the evaluations of a whole study.
+/// diagnostics only, not parse, tokenize or the evaluations of a whole study. It is the
+/// SHA-256 (hex) of the `name=digest` lines of every other file.
 pub fn games_fingerprint() -> String {
-    let kept: Vec<String> = FILE_FINGERPRINTS
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for (name, digest) in FILE_FINGERPRINTS {
+        if !name.starts_with("src/rules/") {
+            hasher.update(format!("{name}={digest}\n"));
+        }
+    }
+    hasher
+        .finalize()
         .iter()
-        .filter(|(name, _)| !name.starts_with("src/rules/"))
-        .map(|(name, digest)| format!("{name}={digest}"))
-        .collect();
-    kept.join(";")
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    /// The games fingerprint leaves out exactly the rules engine.
+    /// The games fingerprint is a digest that differs from the whole crate's.
     #[test]
-    fn games_fingerprint_leaves_out_the_rules_only() {
+    fn games_fingerprint_is_a_digest_without_the_rules() {
         let games = crate::games_fingerprint();
-        assert!(games.contains("src/encode.rs=") && games.contains("Cargo.toml="));
-        assert!(!games.contains("src/rules/"));
-        let rules = crate::FILE_FINGERPRINTS
-            .iter()
-            .filter(|(name, _)| name.starts_with("src/rules/"))
-            .count();
-        assert_eq!(
-            games.split(';').count() + rules,
-            crate::FILE_FINGERPRINTS.len()
+        assert_eq!(games.len(), 64);
+        assert!(games.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(games, crate::SOURCE_FINGERPRINT);
+        assert!(
+            crate::FILE_FINGERPRINTS
+                .iter()
+                .any(|(name, _)| name.starts_with("src/rules/"))
         );
     }
 

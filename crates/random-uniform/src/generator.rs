@@ -15,6 +15,7 @@
 //!   own; filter with [`Game::is_long_enough`] and `take` what you need. Memory stays bounded
 //!   by one game (reference) or one chunk (fast).
 
+use std::ops::Range;
 use std::vec;
 
 use cwm_chess::encode::pack_move;
@@ -27,6 +28,7 @@ use crate::game::Game;
 use crate::move_order::python_order_index;
 use crate::python_random::PyRandom;
 use crate::sampler::sample_legal_move;
+use crate::special::{SpecialBias, SpecialGames};
 
 /// The reference's minimum game length in full moves: games shorter than `2 * 10` plies are
 /// dropped (spec E.1, E.5).
@@ -199,15 +201,24 @@ impl FastGames {
         let start = self.next_index;
         let end = start.saturating_add(self.chunk_size as u64);
         let seed = self.seed;
-        let games: Vec<Option<Game>> = (start..end)
-            .into_par_iter()
-            .map_init(Arbiter::default, |arbiter, index| {
-                play_fast_game(arbiter, seed, index)
-            })
-            .collect();
+        self.ready = play_chunk(start..end, |arbiter, index| {
+            play_fast_game(arbiter, seed, index)
+        });
         self.next_index = end;
-        self.ready = games.into_iter();
     }
+}
+
+/// Plays games `indexes` in parallel on the current rayon pool, one reused [`Arbiter`] per
+/// worker, and returns them in index order.
+pub(crate) fn play_chunk(
+    indexes: Range<u64>,
+    play: impl Fn(&mut Arbiter, u64) -> Option<Game> + Sync + Send,
+) -> vec::IntoIter<Option<Game>> {
+    let games: Vec<Option<Game>> = indexes
+        .into_par_iter()
+        .map_init(Arbiter::default, |arbiter, index| play(arbiter, index))
+        .collect();
+    games.into_iter()
 }
 
 impl Iterator for FastGames {
@@ -221,13 +232,16 @@ impl Iterator for FastGames {
     }
 }
 
-/// Every game of a run in `mode` seeded with `seed`, short ones included.
+/// Every game of a run seeded with `seed` (reference, fast or special-biased), short ones
+/// included.
 #[derive(Debug)]
 pub enum Games {
     /// The reference generator (boxed: its MT19937 state and move list are a few KiB).
     Reference(Box<ReferenceGames>),
     /// The fast generator.
     Fast(FastGames),
+    /// The special-biased generator ([`crate::special`]).
+    Special(SpecialGames),
 }
 
 impl Games {
@@ -237,6 +251,12 @@ impl Games {
             Mode::Reference => Games::Reference(Box::new(ReferenceGames::new(seed))),
             Mode::Fast => Games::Fast(FastGames::new(seed)),
         }
+    }
+
+    /// The special-biased stream of `seed` at bias `bias` (fast mode's RNG; `bias = 0` gives
+    /// the [`Mode::Fast`] games).
+    pub fn special(seed: u64, bias: SpecialBias) -> Games {
+        Games::Special(SpecialGames::new(seed, bias))
     }
 
     /// Only the games the reference keeps: at least `2 * min_fullmoves` plies.
@@ -252,6 +272,7 @@ impl Iterator for Games {
         match self {
             Games::Reference(games) => games.next(),
             Games::Fast(games) => games.next(),
+            Games::Special(games) => games.next(),
         }
     }
 }
@@ -266,6 +287,7 @@ mod tests {
     fn streams_can_move_to_another_thread() {
         assert_send::<ReferenceGames>();
         assert_send::<FastGames>();
+        assert_send::<SpecialGames>();
         assert_send::<Games>();
         assert_send::<Game>();
     }

@@ -6,6 +6,9 @@
 //! * [`generator::FastGames`] plays the same rules with a fast per-game RNG ([`fast_rng`]) and a
 //!   rejection sampler that rarely needs the full legal-move list ([`sampler`]), in parallel on
 //!   rayon; its output depends on the seed only, not on the thread count.
+//! * [`special::SpecialGames`] plays the fast generator's games with a bias towards castling,
+//!   en-passant and promotion moves (beyond-spec E6's special-biased random play); bias 0 is
+//!   the fast generator itself.
 //! * Positions, legal moves and move application come from shakmaty; move ids and state labels
 //!   from `cwm_chess::encode`. This crate never re-implements either.
 //! * A [`game::Game`] keeps packed moves, the outcome and the final position; states are
@@ -31,11 +34,13 @@ pub mod generator;
 pub mod move_order;
 pub mod python_random;
 pub mod sampler;
+pub mod special;
 pub mod termination;
 
 pub use arbiter::Arbiter;
 pub use game::Game;
 pub use generator::{FastGames, Games, Mode, ReferenceGames};
+pub use special::{SpecialBias, SpecialGames};
 pub use termination::{GameResult, Outcome, Termination};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

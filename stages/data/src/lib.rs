@@ -93,7 +93,7 @@ pub fn shard_or_jsonl_reader_fingerprint() -> String {
 fn reader_fingerprint(files: &[&str]) -> String {
     cwm_stage::combine_fingerprints(&[
         &cwm_stage::fingerprint_of_files(FILE_FINGERPRINTS, files),
-        cwm_chess::SOURCE_FINGERPRINT,
+        &cwm_chess::games_fingerprint(),
     ])
 }
 
@@ -214,10 +214,11 @@ mod fingerprint_tests {
         assert!(parse.contains("src/parse.rs="), "{parse}");
         assert!(!parse.contains("src/tokenize.rs="), "{parse}");
         assert!(!parse.contains("src/split.rs="), "{parse}");
-        assert!(parse.contains(cwm_chess::SOURCE_FINGERPRINT));
+        assert!(parse.contains(&cwm_chess::games_fingerprint()));
+        assert!(!parse.contains("src/rules/"), "{parse}");
         let download = DownloadStage.fingerprint();
         assert!(!download.contains("src/parse.rs="), "{download}");
-        assert!(!download.contains(cwm_chess::SOURCE_FINGERPRINT));
+        assert!(!download.contains(&cwm_chess::games_fingerprint()));
         assert!(TokenizeStage.fingerprint().contains("src/parse.rs="));
         assert!(!SplitStage.fingerprint().contains("src/tokenize.rs="));
         for kind in stage_kinds() {

@@ -543,7 +543,7 @@ impl StageKind for ParseStage {
                     "src/games.rs",
                 ],
             ),
-            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_chess::games_fingerprint(),
         ])
     }
 

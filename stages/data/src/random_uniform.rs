@@ -3,21 +3,28 @@
 //!
 //! * **Params**: `games` (kept games to write), `seed` (0), `rng` (`reference`: the reference
 //!   generator bit for bit, sequential; `fast`: a fast seeded RNG, parallel, deterministic for a
-//!   seed whatever the thread count), `min_fullmoves` (10).
+//!   seed whatever the thread count), `min_fullmoves` (10), `special_bias` (absent: uniform
+//!   play). `special_bias = p` in `(0, 1]` plays beyond-spec E6's special-biased games
+//!   (`cwm_random_uniform::special`: at a ply with a legal castling, en-passant or promotion
+//!   move, one of those with probability `p`) and needs `rng: fast`; `0` is the same as absent
+//!   for either `rng`, and a value outside `[0, 1]` is a param error. The param has no default
+//!   value on purpose: a default would enter the cache key of every instance that leaves it
+//!   out.
 //! * **Output** `out`: a games artifact. Ids are `cwm_random_NNNNN` (the index among all
 //!   generated games, short ones included), `result` is python-chess's
 //!   `result(claim_draw=True)`, `termination` the rule that ended the game
-//!   (`CHECKMATE`, `FIFTY_MOVES`, ...); site, ratings and time control are null.
+//!   (`CHECKMATE`, `FIFTY_MOVES`, ...); site, ratings and time control are null. The footer
+//!   records `cwm.rng`, `cwm.seed` and, for biased games, `cwm.special_bias`.
 //!
 //! The generators are `cwm_random_uniform`'s; this module only writes their games.
 
 use std::path::Path;
 
 use cwm_chess::encode::EpConvention;
-use cwm_random_uniform::{Game, Games, Mode};
+use cwm_random_uniform::{Game, Games, Mode, SpecialBias};
 use cwm_stage::{
-    KindDecl, ParamDefault, ParamSpec, ParamType, Progress, StageContext, StageError, StageKind,
-    Threads, ThreadsDecl,
+    KindDecl, ParamDefault, ParamSpec, ParamType, Params, Progress, StageContext, StageError,
+    StageKind, Threads, ThreadsDecl,
 };
 
 use crate::games::{GAMES_FILE, GameRecord, GamesWriter};
@@ -77,15 +84,43 @@ pub fn generate_random_uniform(
     progress: &Progress,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<u64, DataError> {
+    generate_games(options, None, out_dir, format, progress, cancelled)
+}
+
+/// [`generate_random_uniform`], or with `special: Some(bias)` the special-biased games of
+/// `options.seed` (fast mode's per-game RNG, whatever `options.mode` says; the stage requires
+/// `rng: fast` for them).
+///
+/// # Errors
+///
+/// [`DataError`] on write errors or cancellation.
+pub(crate) fn generate_games(
+    options: &RandomUniformOptions,
+    special: Option<SpecialBias>,
+    out_dir: &Path,
+    format: OutputFormat,
+    progress: &Progress,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<u64, DataError> {
     std::fs::create_dir_all(out_dir).map_err(|e| DataError::io(out_dir, e))?;
     progress.set_total(options.games);
     let pool = pool(options.threads)?;
+    let (games, rng) = match special {
+        Some(bias) => (Games::special(options.seed, bias), "fast"),
+        None => (
+            Games::new(options.mode, options.seed),
+            mode_name(options.mode),
+        ),
+    };
     let mut sink = match format {
         OutputFormat::Parquet => {
-            let metadata = [
-                ("cwm.rng".to_owned(), mode_name(options.mode).to_owned()),
+            let mut metadata = vec![
+                ("cwm.rng".to_owned(), rng.to_owned()),
                 ("cwm.seed".to_owned(), options.seed.to_string()),
             ];
+            if let Some(bias) = special {
+                metadata.push(("cwm.special_bias".to_owned(), bias.get().to_string()));
+            }
             Sink::Parquet(Box::new(GamesWriter::create(
                 &out_dir.join(GAMES_FILE),
                 &metadata,
@@ -98,7 +133,7 @@ pub fn generate_random_uniform(
         if options.games == 0 {
             return Ok(0);
         }
-        for game in Games::new(options.mode, options.seed).kept(options.min_fullmoves) {
+        for game in games.kept(options.min_fullmoves) {
             sink.push(&game)?;
             written += 1;
             progress.inc(1);
@@ -170,7 +205,38 @@ const PARAMS: &[ParamSpec] = &[
         ParamDefault::Int(10),
         "keep games of at least 2 * min_fullmoves plies",
     ),
+    // Optional, not defaulted: a default value would join the cache key of every instance.
+    ParamSpec::optional(
+        SPECIAL_BIAS,
+        ParamType::Float,
+        "p in [0, 1]: at a ply with a legal castling, en-passant or promotion move, play one of \
+         those with probability p (needs rng: fast); absent or 0: uniform play",
+    ),
 ];
+
+/// The name of the special-bias param.
+const SPECIAL_BIAS: &str = "special_bias";
+
+/// The stage's special bias: `None` when the param is absent or 0 (uniform play with either
+/// generator), `Some` for `0 < p <= 1`, which needs the fast generator.
+fn special_bias(params: &Params, mode: Mode) -> Result<Option<SpecialBias>, StageError> {
+    if params.get(SPECIAL_BIAS).is_none() {
+        return Ok(None);
+    }
+    let p = params.float(SPECIAL_BIAS)?;
+    let bias = SpecialBias::new(p)
+        .map_err(|e| StageError::Param(format!("parameter `{SPECIAL_BIAS}`: {e}")))?;
+    if bias.is_zero() {
+        return Ok(None);
+    }
+    if mode != Mode::Fast {
+        return Err(StageError::Param(format!(
+            "parameter `{SPECIAL_BIAS}` = {p} needs `rng: fast` (the reference generator \
+             replays the reference's uniform games only)"
+        )));
+    }
+    Ok(Some(bias))
+}
 
 const DECL: KindDecl = KindDecl::new(
     "random_uniform",
@@ -202,7 +268,7 @@ impl StageKind for RandomUniformStage {
                     "src/tokenize.rs",
                 ],
             ),
-            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_chess::games_fingerprint(),
             cwm_random_uniform::SOURCE_FINGERPRINT,
         ])
     }
@@ -215,6 +281,7 @@ impl StageKind for RandomUniformStage {
         };
         let min_fullmoves = u32::try_from(params.uint("min_fullmoves")?)
             .map_err(|_| StageError::Param("min_fullmoves is too large".into()))?;
+        let special = special_bias(params, mode)?;
         let options = RandomUniformOptions {
             games: params.uint("games")?,
             seed: params.uint("seed")?,
@@ -222,8 +289,9 @@ impl StageKind for RandomUniformStage {
             min_fullmoves,
             threads: ctx.threads(),
         };
-        let n = generate_random_uniform(
+        let n = generate_games(
             &options,
+            special,
             ctx.output("out")?,
             OutputFormat::Parquet,
             ctx.progress(),
@@ -251,4 +319,97 @@ pub(crate) fn fast_games_table(dir: &Path, games: u64, seed: u64) {
         &|| false,
     )
     .expect("random games table");
+}
+
+#[cfg(test)]
+mod tests {
+    use cwm_stage::ParamValue;
+
+    use super::*;
+
+    fn params(rng: &str, special: Option<ParamValue>) -> Params {
+        let mut params = Params::new();
+        params.insert("rng", ParamValue::Str(rng.to_owned()));
+        if let Some(value) = special {
+            params.insert(SPECIAL_BIAS, value);
+        }
+        params
+    }
+
+    /// A default would be filled into every instance's params, and so into its cache key.
+    #[test]
+    fn special_bias_has_no_default_so_existing_keys_keep_their_params() {
+        let spec = PARAMS
+            .iter()
+            .find(|spec| spec.name == SPECIAL_BIAS)
+            .unwrap();
+        assert_eq!(spec.default, ParamDefault::Absent);
+        assert!(spec.default.value().is_none());
+        assert!(spec.keyed);
+    }
+
+    #[test]
+    fn special_bias_param_values() {
+        let fast = |value| special_bias(&params("fast", value), Mode::Fast);
+        assert_eq!(fast(None).unwrap(), None);
+        assert_eq!(fast(Some(ParamValue::Float(0.0))).unwrap(), None);
+        assert_eq!(
+            fast(Some(ParamValue::Int(1))).unwrap(),
+            Some(SpecialBias::ONE)
+        );
+        let half = fast(Some(ParamValue::Float(0.5))).unwrap().unwrap();
+        assert_eq!(half.get(), 0.5);
+        for bad in [1.5, -0.25, f64::NAN] {
+            let err = fast(Some(ParamValue::Float(bad))).unwrap_err();
+            assert!(
+                matches!(&err, StageError::Param(m) if m.contains(SPECIAL_BIAS)),
+                "{err}"
+            );
+        }
+        let err = fast(Some(ParamValue::Str("high".into()))).unwrap_err();
+        assert!(matches!(err, StageError::Param(_)), "{err}");
+    }
+
+    #[test]
+    fn special_bias_needs_the_fast_generator_unless_zero() {
+        let reference = |value| special_bias(&params("reference", value), Mode::Reference);
+        assert_eq!(reference(None).unwrap(), None);
+        assert_eq!(reference(Some(ParamValue::Float(0.0))).unwrap(), None);
+        let err = reference(Some(ParamValue::Float(0.5))).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("rng: fast"), "{message}");
+    }
+
+    #[test]
+    fn biased_tables_record_the_bias_and_differ_from_uniform_ones() {
+        let dir = std::env::temp_dir().join(format!("cwm-ru-special-{}", std::process::id()));
+        let options = RandomUniformOptions {
+            games: 12,
+            seed: 4,
+            mode: Mode::Fast,
+            ..RandomUniformOptions::default()
+        };
+        let write = |name: &str, special| {
+            let out = dir.join(name);
+            let progress = Progress::disabled();
+            let n = generate_games(
+                &options,
+                special,
+                &out,
+                OutputFormat::Parquet,
+                &progress,
+                &|| false,
+            )
+            .unwrap();
+            assert_eq!(n, 12);
+            std::fs::read(out.join(GAMES_FILE)).unwrap()
+        };
+        let uniform = write("uniform", None);
+        let biased = write("biased", Some(SpecialBias::ONE));
+        assert_ne!(uniform, biased);
+        let footer = String::from_utf8_lossy(&biased);
+        assert!(footer.contains("cwm.special_bias"));
+        assert!(!String::from_utf8_lossy(&uniform).contains("cwm.special_bias"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -128,7 +128,7 @@ impl StageKind for SplitStage {
                     "src/games.rs",
                 ],
             ),
-            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_chess::games_fingerprint(),
         ])
     }
 

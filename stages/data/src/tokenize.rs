@@ -598,7 +598,7 @@ impl StageKind for TokenizeStage {
                     "src/parse.rs",
                 ],
             ),
-            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_chess::games_fingerprint(),
         ])
     }
 

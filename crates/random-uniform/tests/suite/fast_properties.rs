@@ -12,7 +12,7 @@ use super::data::slow_tests;
 use super::naive;
 
 /// Replays `game` with legality checks and the naive referee at every ply.
-fn check_game(game: &Game) {
+pub(super) fn check_game(game: &Game) {
     let id = game.id();
     let mut positions = vec![Chess::default()];
     let mut moves: Vec<Move> = Vec::new();

@@ -5,3 +5,4 @@ mod fast_properties;
 mod naive;
 mod python_crosscheck;
 mod reference_vectors;
+mod special;
