@@ -168,7 +168,9 @@ fn every_error_kind_is_located() {
     let errs = errors("stages:\n  a:\n    uses: nope\n");
     assert_eq!(errs.len(), 1);
     assert!(
-        errs[0].starts_with("p.yaml:3:11: unknown stage kind `nope`: expected one of hold, step, typed"),
+        errs[0].starts_with(
+            "p.yaml:3:11: unknown stage kind `nope`: expected one of hold, step, typed"
+        ),
         "{errs:?}"
     );
 
