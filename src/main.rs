@@ -42,6 +42,8 @@ enum Command {
     Show(cli::show::ShowArgs),
     /// List the artifacts in the store with their sizes.
     Ls(cli::ls::LsArgs),
+    /// SQL over the Parquet outputs of fresh stages (`--tables` lists the table names).
+    Query(cli::query::QueryArgs),
     /// Upload the results cwm.lock records to a remote cache.
     Push(cli::remote::TransferArgs),
     /// Download the results cwm.lock records from a remote cache.
@@ -133,6 +135,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         Command::Dag(args) => cli::dag::run(args, &ctx),
         Command::Show(args) => cli::show::run(args, &ctx),
         Command::Ls(args) => cli::ls::run(args),
+        Command::Query(args) => cli::query::run(args, &ctx),
         Command::Push(args) => cli::remote::run(args, Direction::Push, &ctx),
         Command::Pull(args) => cli::remote::run(args, Direction::Pull, &ctx),
         Command::Verify(args) => cli::verify::run(args),

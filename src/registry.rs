@@ -6,7 +6,7 @@ use cwm_engine::registry::Registry;
 
 /// Every stage kind built into cwm, in the order `cwm kinds` lists them.
 pub fn builtin() -> Registry {
-    Registry::from_kinds(vec![
+    let mut kinds: Vec<Box<dyn cwm_stage::StageKind>> = vec![
         Box::new(cwm_stage_command::CommandStage),
         Box::new(cwm_stage_data::DownloadStage),
         Box::new(cwm_stage_data::ParseStage),
@@ -17,6 +17,8 @@ pub fn builtin() -> Registry {
         Box::new(cwm_stage_evaluate::EvaluateStage),
         Box::new(cwm_stage_evaluate::BinPrefixStage),
         Box::new(cwm_stage_evaluate::SelectStage),
-        Box::new(cwm_stage_report::ReportStage),
-    ])
+    ];
+    kinds.extend(cwm_stage_diagnose::stage_kinds());
+    kinds.push(Box::new(cwm_stage_report::ReportStage));
+    Registry::from_kinds(kinds)
 }

@@ -21,7 +21,7 @@ pub struct EvaluateArgs {
     /// directory or one .jsonl file).
     #[arg(long)]
     data: PathBuf,
-    /// Output directory: timesteps.parquet, games.parquet, summary.json.
+    /// Output directory: timesteps.parquet, games.parquet, predictions.parquet, summary.json.
     #[arg(long)]
     out: PathBuf,
     /// Split label written into the summary.
@@ -39,6 +39,9 @@ pub struct EvaluateArgs {
     /// Device the model runs on: cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Also write each label's p(target) and p(argmax) into predictions.parquet.
+    #[arg(long)]
+    probabilities: bool,
 }
 
 /// Runs `cwm evaluate`.
@@ -51,6 +54,7 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
         max_steps: args.max_steps,
         threads,
         device: args.device.clone(),
+        probabilities: args.probabilities,
         model_hash: None,
         data_hash: None,
     };

@@ -12,6 +12,7 @@ mod paper_final;
 mod paper_smoke;
 mod pipeline_errors;
 mod pipeline_vars;
+mod query;
 mod remote;
 mod report_page;
 mod run_progress;

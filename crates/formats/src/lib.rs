@@ -12,6 +12,9 @@
 //! | [`tokenize`] | `coverage.json` | tokenize (`cwm-stage-data`) | report |
 //! | [`train`] | `summary.json`, `checkpoint/train_config.json` | train (`cwm-stage-train`) | select, report; train (resume) |
 //! | [`evaluate`] | `summary.json` (and the rows of its Parquet tables) | evaluate (`cwm-stage-evaluate`) | bin_prefix, report |
+//! | [`predictions`] | `predictions.parquet` (column names, rows; schema with its writer) | evaluate | diagnose, `cwm query` |
+//! | [`novelty`] | `summary.json`, `novelty.parquet` rows | novelty (`cwm-stage-diagnose`) | diagnose, report |
+//! | [`diagnose`] | `summary.json` | diagnose (`cwm-stage-diagnose`) | report |
 //! | [`bins`] | `summary.json` (and `bins.parquet`) | bin_prefix (`cwm-stage-evaluate`) | report |
 //! | [`select`] | `selected.json` | select (`cwm-stage-evaluate`) | train, report |
 //!
@@ -24,10 +27,13 @@
 
 pub mod bins;
 mod de;
+pub mod diagnose;
 pub mod evaluate;
 pub mod float;
 pub mod fs;
 pub mod labels;
+pub mod novelty;
+pub mod predictions;
 pub mod select;
 pub mod tokenize;
 pub mod train;

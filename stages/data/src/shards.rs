@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, BinaryArray, ListArray, RecordBatch, StringArray, UInt16Array};
 use cwm_chess::encode::STATE_LEN;
+use cwm_formats::predictions::EP_CONVENTION_KEY;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use crate::DataError;
@@ -71,6 +72,42 @@ impl ShardReader {
     /// [`DataError`] when a footer cannot be read.
     pub fn count_games(path: &Path) -> Result<u64, DataError> {
         crate::games::GamesReader::count_games(path)
+    }
+
+    /// The en-passant convention the shards of `path` were labelled under (`reference` or
+    /// `legal_capture`): the value of the `cwm.ep_convention` key that `tokenize` writes into
+    /// every shard's Parquet metadata. `None` when no shard has the key.
+    ///
+    /// # Errors
+    /// [`DataError`] when a footer cannot be read, or when two shards name different
+    /// conventions.
+    pub fn ep_convention(path: &Path) -> Result<Option<String>, DataError> {
+        let mut found: Option<(PathBuf, String)> = None;
+        for file in parquet_files(path)? {
+            let f = File::open(&file).map_err(|e| DataError::io(&file, e))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(f)
+                .map_err(|e| DataError::parquet(&file, e))?;
+            let value = builder
+                .metadata()
+                .file_metadata()
+                .key_value_metadata()
+                .and_then(|kv| kv.iter().find(|k| k.key == EP_CONVENTION_KEY))
+                .and_then(|k| k.value.clone());
+            match (&found, value) {
+                (None, Some(value)) => found = Some((file, value)),
+                (Some((first, seen)), Some(value)) if *seen != value => {
+                    return Err(DataError::format(
+                        &file,
+                        format!(
+                            "labelled under the {value:?} en-passant convention, but {} under {seen:?}",
+                            first.display()
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(found.map(|(_, value)| value))
     }
 
     fn next_batch(&mut self) -> Result<bool, DataError> {
@@ -206,6 +243,35 @@ mod tests {
             tokenize_games(&games_dir, &shards_dir, &tokenize, &progress, &|| false).unwrap();
         assert_eq!(summary.shards.len(), 3);
         assert_eq!(ShardReader::count_games(&shards_dir).unwrap(), 7);
+        assert_eq!(
+            ShardReader::ep_convention(&shards_dir).unwrap().as_deref(),
+            Some("reference")
+        );
+        let legal_dir = dir.join("legal");
+        std::fs::create_dir_all(&legal_dir).unwrap();
+        let legal = TokenizeOptions {
+            ep_convention: EpConvention::LegalCapture,
+            ..tokenize.clone()
+        };
+        tokenize_games(&games_dir, &legal_dir, &legal, &progress, &|| false).unwrap();
+        assert_eq!(
+            ShardReader::ep_convention(&legal_dir).unwrap().as_deref(),
+            Some("legal_capture")
+        );
+        // Shards that disagree are an error naming both.
+        std::fs::copy(
+            legal_dir.join("shard_000000.parquet"),
+            shards_dir.join("shard_000009.parquet"),
+        )
+        .unwrap();
+        let err = ShardReader::ep_convention(&shards_dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shard_000009.parquet") && err.contains("shard_000000.parquet"),
+            "{err}"
+        );
+        std::fs::remove_file(shards_dir.join("shard_000009.parquet")).unwrap();
 
         let expected: Vec<_> = GamesReader::open(&games_dir, 2)
             .unwrap()
@@ -256,6 +322,7 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(err.to_string().contains("not a tokenize shard"), "{err}");
+        assert_eq!(ShardReader::ep_convention(&dir).unwrap(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

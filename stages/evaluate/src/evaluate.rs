@@ -7,10 +7,13 @@
 //!   `max_steps` (0 = full games; otherwise each game keeps its first `max_steps` tokens and
 //!   labels, START included, as the reference's truncation), `device` (`cpu`, `cuda` or
 //!   `cuda:N`; `cuda` claims one GPU from the executor and runs on the one it assigns, an
-//!   explicit `cuda:N` runs where it says), `threads` (0 = all).
-//! * **Output** `out`: `timesteps.parquet`, `games.parquet` and `summary.json`
-//!   ([`EvaluateSummary`], of [`cwm_formats::evaluate`]); see [`crate::tables`] for the
-//!   columns.
+//!   explicit `cuda:N` runs where it says), `probabilities` (false: also write each label's
+//!   p(target) and p(argmax) into `predictions.parquet`), `threads` (0 = all).
+//! * **Output** `out`: `timesteps.parquet`, `games.parquet`, `predictions.parquet` and
+//!   `summary.json` ([`EvaluateSummary`], of [`cwm_formats::evaluate`]); see [`crate::tables`]
+//!   for the columns and [`cwm_formats::predictions`] for `predictions.parquet`, which holds
+//!   what the model predicted at every step (the argmax of each label, the labels, the input
+//!   move, the log of the true state's probability), row for row beside `timesteps.parquet`.
 //!
 //! Games stream in file order, `batch_size` at a time, right-padded with `PAD` like the
 //! reference's collate function; memory is bounded by one batch. The model runs on a plain
@@ -18,12 +21,19 @@
 //! [`cwm_models::step_cross_entropy`] (the per-step sum [`cwm_models::state_loss`] masks and
 //! sums), [`cwm_models::correct_counts`] and [`cwm_models::StateMetrics`] (micro-averages over
 //! valid steps, t = 0 included; trajectory exactness over games).
+//!
+//! The predictions are taken on the backend, with the model's output still there: the argmax
+//! of every label per label group and, with `probabilities`, the softmax's value at the target
+//! and at the argmax, packed into one tensor that is read back once per batch. The per-group
+//! hits of `timesteps.parquet` are counted from those argmaxes and must add up to
+//! [`cwm_models::correct_counts`]'s total, computed separately.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
+use burn::tensor::activation::log_softmax;
 use cwm_formats::Versioned;
 pub use cwm_formats::evaluate::EvaluateSummary;
 use cwm_models::checkpoint::CONFIG_FILE;
@@ -43,6 +53,10 @@ use crate::tables::{GameRow, SUMMARY_FILE, StepRow, TableWriters};
 /// Width of the prefix bins the summary's metrics accumulator keeps (the reference's default).
 const BIN_SIZE: usize = 20;
 
+/// The en-passant convention of reference JSONL labels: a square after every double push,
+/// `tokenize`'s `reference`.
+const JSONL_EP_CONVENTION: &str = "reference";
+
 /// What to evaluate and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvaluateOptions {
@@ -59,6 +73,8 @@ pub struct EvaluateOptions {
     /// The device the model runs on, by name: `cpu`, `cuda` or `cuda:N`
     /// ([`cwm_models::device_by_name`]).
     pub device: String,
+    /// Also write each label's p(target) and p(argmax) into `predictions.parquet`.
+    pub probabilities: bool,
     /// The model artifact's hash, when known.
     pub model_hash: Option<String>,
     /// The data artifact's hash, when known.
@@ -74,6 +90,7 @@ impl Default for EvaluateOptions {
             max_steps: 0,
             threads: 0,
             device: "cpu".to_owned(),
+            probabilities: false,
             model_hash: None,
             data_hash: None,
         }
@@ -252,6 +269,22 @@ pub struct BatchResult {
     pub loss_sum: f64,
     /// 75 × the number of valid steps.
     pub loss_denom: f64,
+    /// The argmax of every label, row-major `[games, seq_len, 75]` (padded steps included).
+    pub pred: Vec<u8>,
+    /// Σ over the 75 labels of ln p(target label), row-major `[games, seq_len]`: minus the
+    /// per-step cross-entropy sum.
+    pub log_p_true: Vec<f32>,
+    /// Each label's probabilities, when asked for.
+    pub probabilities: Option<LabelProbabilities>,
+}
+
+/// Per-label probabilities of a batch, each row-major `[games, seq_len, 75]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelProbabilities {
+    /// p(target label).
+    pub p_true: Vec<f32>,
+    /// p(argmax label): the largest probability of the label's classes.
+    pub p_max: Vec<f32>,
 }
 
 fn read_i64(tensor: Tensor<2, Int>, what: &str) -> Result<Vec<i64>, EvalError> {
@@ -263,7 +296,8 @@ fn read_i64(tensor: Tensor<2, Int>, what: &str) -> Result<Vec<i64>, EvalError> {
 }
 
 /// Runs `model` on one batch of games (each truncated to `max_steps` tokens when non-zero)
-/// and computes every step's correct counts per label group and its loss.
+/// and computes every step's correct counts per label group, its loss, the argmax of every
+/// label and, with `probabilities`, each label's p(target) and p(argmax).
 ///
 /// # Errors
 /// [`EvalError::Model`] when the model or the loss fails; [`EvalError::Invalid`] when a
@@ -272,6 +306,7 @@ pub fn evaluate_batch(
     model: &Model,
     games: &[TokenizedGame],
     max_steps: usize,
+    probabilities: bool,
     device: &Device,
 ) -> Result<BatchResult, EvalError> {
     let lengths: Vec<usize> = games
@@ -292,12 +327,17 @@ pub fn evaluate_batch(
             lengths,
             loss_sum: 0.0,
             loss_denom: 0.0,
+            pred: Vec::new(),
+            log_p_true: Vec::new(),
+            probabilities: None,
         });
     }
-    let (moves, targets) = padded_inputs(games, &lengths, seq_len)?;
+    let (moves, labels) = padded_inputs(games, &lengths, seq_len)?;
     let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq_len]), device);
-    let targets =
-        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq_len, N_LABELS]), device);
+    let targets = Tensor::<3, Int>::from_data(
+        TensorData::new(labels.clone(), [batch, seq_len, N_LABELS]),
+        device,
+    );
     let logits = model.logits(moves);
     let model_err = |e| EvalError::model("evaluation batch", e);
     let per_step = step_cross_entropy(logits.clone(), targets.clone())
@@ -310,7 +350,8 @@ pub fn evaluate_batch(
         correct_counts(logits.clone(), targets.clone()).map_err(model_err)?,
         "correct counts",
     )?;
-    let hits = GroupHits::count(&logits, &targets, batch, seq_len)?;
+    let (pred, probs) = label_outputs(logits, &targets, probabilities)?;
+    let hits = GroupHits::count(&pred, &labels);
     let mut loss_sum = 0.0f64;
     let mut rows = Vec::with_capacity(batch);
     let mut steps = Vec::with_capacity(batch);
@@ -332,7 +373,63 @@ pub fn evaluate_batch(
         lengths,
         loss_sum,
         loss_denom: (valid * N_LABELS) as f64,
+        pred,
+        log_p_true: per_step.iter().map(|loss| -loss).collect(),
+        probabilities: probs,
     })
+}
+
+/// The argmax of every label of `logits` (`[games, seq_len, 1878]`), row-major
+/// `[games, seq_len, 75]`, and with `probabilities` each label's p(target) and p(argmax): the
+/// argmax per label group, as [`cwm_models::correct_counts`] takes it, and the group's softmax,
+/// all on the backend and read back as one tensor (the class indices, below 256, are exact
+/// as `f32`).
+fn label_outputs(
+    logits: Tensor<3>,
+    targets: &Tensor<3, Int>,
+    probabilities: bool,
+) -> Result<(Vec<u8>, Option<LabelProbabilities>), EvalError> {
+    let [batch, seq_len, _] = logits.dims();
+    let mut parts: Vec<Tensor<4>> = Vec::with_capacity(LABEL_GROUPS.len());
+    for group in LABEL_GROUPS {
+        let view = logits
+            .clone()
+            .narrow(2, group.logit_offset, group.n_logits())
+            .reshape([batch, seq_len, group.n_labels, group.n_classes]);
+        let argmax = view.clone().argmax(3).float(); // [batch, seq, n, 1]
+        if probabilities {
+            let log_p = log_softmax(view, 3);
+            let index = targets
+                .clone()
+                .narrow(2, group.first_label, group.n_labels)
+                .unsqueeze_dim::<4>(3);
+            let p_true = log_p.clone().gather(3, index).exp();
+            let p_max = log_p.max_dim(3).exp();
+            parts.push(Tensor::cat(vec![argmax, p_true, p_max], 3));
+        } else {
+            parts.push(argmax);
+        }
+    }
+    let width = if probabilities { 3 } else { 1 };
+    let values = Tensor::cat(parts, 2)
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .map_err(|e| EvalError::Invalid(format!("cannot read back the predictions: {e:?}")))?;
+    let n = batch * seq_len * N_LABELS;
+    if values.len() != n * width {
+        return Err(EvalError::Invalid(format!(
+            "read back {} prediction values, expected {}",
+            values.len(),
+            n * width
+        )));
+    }
+    let pred = values.iter().step_by(width).map(|&v| v as u8).collect();
+    let probs = probabilities.then(|| LabelProbabilities {
+        p_true: values.iter().skip(1).step_by(width).copied().collect(),
+        p_max: values.iter().skip(2).step_by(width).copied().collect(),
+    });
+    Ok((pred, probs))
 }
 
 /// The batch's move ids `[games, seq_len]` and labels `[games, seq_len, 75]`, each game's first
@@ -384,34 +481,27 @@ struct GroupHits {
 }
 
 impl GroupHits {
-    /// Counts the hits of each of [`LABEL_GROUPS`] from the batch's logits and targets.
-    fn count(
-        logits: &Tensor<3>,
-        targets: &Tensor<3, Int>,
-        batch: usize,
-        seq_len: usize,
-    ) -> Result<GroupHits, EvalError> {
-        let mut group_hits: Vec<Vec<i64>> = Vec::with_capacity(LABEL_GROUPS.len());
-        for group in LABEL_GROUPS {
-            let predicted = logits
-                .clone()
-                .narrow(2, group.logit_offset, group.n_logits())
-                .reshape([batch, seq_len, group.n_labels, group.n_classes])
-                .argmax(3)
-                .reshape([batch, seq_len, group.n_labels]);
-            let hits = predicted
-                .equal(targets.clone().narrow(2, group.first_label, group.n_labels))
-                .int()
-                .sum_dim(2)
-                .reshape([batch, seq_len]);
-            group_hits.push(read_i64(hits, group.name)?);
+    /// Counts the hits of each of [`LABEL_GROUPS`] at every step from the predicted labels
+    /// and the targets, both row-major `[steps, 75]`.
+    fn count(pred: &[u8], targets: &[i64]) -> GroupHits {
+        let steps = pred.len() / N_LABELS;
+        let mut hits: [Vec<i64>; 7] = std::array::from_fn(|_| Vec::with_capacity(steps));
+        for (p, t) in pred
+            .chunks_exact(N_LABELS)
+            .zip(targets.chunks_exact(N_LABELS))
+        {
+            for (counts, group) in hits.iter_mut().zip(&LABEL_GROUPS) {
+                let labels = group.first_label..group.first_label + group.n_labels;
+                let n = p[labels.clone()]
+                    .iter()
+                    .zip(&t[labels])
+                    .filter(|&(&predicted, &target)| i64::from(predicted) == target)
+                    .count();
+                counts.push(n as i64);
+            }
         }
-        let Ok([pieces, side, castle, ep_file, ep_rank, halfmove, fullmove]) =
-            <[Vec<i64>; 7]>::try_from(group_hits)
-        else {
-            return Err(EvalError::Invalid("expected seven label groups".into()));
-        };
-        Ok(GroupHits {
+        let [pieces, side, castle, ep_file, ep_rank, halfmove, fullmove] = hits;
+        GroupHits {
             pieces,
             side,
             castle,
@@ -419,7 +509,7 @@ impl GroupHits {
             ep_rank,
             halfmove,
             fullmove,
-        })
+        }
     }
 
     /// Correct labels over all groups at step `i`.
@@ -488,8 +578,8 @@ fn game_row(game: &TokenizedGame, steps: &[StepRow]) -> GameRow {
 
 /// Evaluates the checkpoint at `model_path` (a checkpoint directory or a `train` artifact) on
 /// the games at `data` (see [`GameSource::open`]) and writes `timesteps.parquet`,
-/// `games.parquet` and `summary.json` into `out_dir` (created if needed). Each file appears
-/// under its name only when complete; the summary is written last.
+/// `games.parquet`, `predictions.parquet` and `summary.json` into `out_dir` (created if
+/// needed). Each file appears under its name only when complete; the summary is written last.
 ///
 /// # Errors
 /// [`EvalError`] for a missing or bad checkpoint, unreadable data, write errors or
@@ -543,8 +633,13 @@ fn run_evaluation(
         progress.set_total(total);
     }
     let mut source = GameSource::open(data, options.batch_size)?;
+    let ep_convention = match &source {
+        GameSource::Shards(_) => ShardReader::ep_convention(data)?,
+        GameSource::Jsonl { .. } => Some(JSONL_EP_CONVENTION.to_owned()),
+    };
     let mut metrics = StateMetrics::new(BIN_SIZE).map_err(|e| EvalError::model("metrics", e))?;
-    let mut writers = TableWriters::create(out_dir)?;
+    let mut writers =
+        TableWriters::create(out_dir, options.probabilities, ep_convention.as_deref())?;
     let mut batch: Vec<TokenizedGame> = Vec::with_capacity(options.batch_size);
     let mut taken = 0u64;
     loop {
@@ -566,7 +661,13 @@ fn run_evaluation(
         if cancelled() {
             return Err(EvalError::Cancelled);
         }
-        let result = evaluate_batch(model, &batch, options.max_steps, device)?;
+        let result = evaluate_batch(
+            model,
+            &batch,
+            options.max_steps,
+            options.probabilities,
+            device,
+        )?;
         metrics
             .add_batch(
                 &result.correct,
@@ -576,7 +677,7 @@ fn run_evaluation(
                 result.loss_denom,
             )
             .map_err(|e| EvalError::model("metrics", e))?;
-        writers.append(&result.games, &result.steps)?;
+        writers.append(&batch, &result)?;
         progress.inc(batch.len() as u64);
     }
     writers.finish()?;
@@ -636,6 +737,12 @@ const PARAMS: &[ParamSpec] = &[
         ParamType::Str,
         ParamDefault::Str("cpu"),
         "where the model runs: cpu, cuda (the GPU the executor assigns) or cuda:N (cuda needs a build with --features cuda)",
+    ),
+    ParamSpec::with_default(
+        "probabilities",
+        ParamType::Bool,
+        ParamDefault::Bool(false),
+        "also write each label's p(target) and p(argmax) into predictions.parquet (2 x 75 float32 per step)",
     ),
     cwm_stage::THREADS_PARAM,
 ];
@@ -708,6 +815,7 @@ impl StageKind for EvaluateStage {
             max_steps: uint_param(params, "max_steps")? as usize,
             threads: ctx.threads(),
             device,
+            probabilities: params.bool("probabilities")?,
             model_hash: hash("model"),
             data_hash: hash("data"),
         };

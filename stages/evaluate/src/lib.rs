@@ -4,8 +4,11 @@
 //! arch × size, by validation loss).
 //!
 //! * [`evaluate`] streams games a batch at a time through a checkpoint and writes
-//!   `timesteps.parquet` (one row per valid step), `games.parquet` (one row per game) and
-//!   `summary.json` (spec A.5's micro-averages). It is also what `cwm evaluate` runs.
+//!   `timesteps.parquet` (one row per valid step), `games.parquet` (one row per game),
+//!   `predictions.parquet` (per valid step, in the same order: the predicted and the true 75
+//!   labels, the input move, the log-probability of the true state and, with the
+//!   `probabilities` param, each label's p(target) and p(argmax)) and `summary.json` (spec
+//!   A.5's micro-averages). It is also what `cwm evaluate` runs.
 //! * [`bin_prefix`] aggregates an evaluate artifact's `timesteps.parquet` with a DataFusion query
 //!   (three columns scanned) and writes `bins.parquet` and `summary.json`.
 //! * [`select`] reads the `summary.json` of many `train` artifacts and writes `selected.json`,
@@ -41,8 +44,8 @@ use cwm_stage::StageKind;
 pub use bin_prefix::{BinPrefixStage, BinPrefixSummary, PrefixBin, bin_prefix, prefix_bins};
 pub use error::EvalError;
 pub use evaluate::{
-    EvaluateOptions, EvaluateStage, EvaluateSummary, GameSource, checkpoint_dir, evaluate,
-    evaluate_batch,
+    EvaluateOptions, EvaluateStage, EvaluateSummary, GameSource, LabelProbabilities,
+    checkpoint_dir, evaluate, evaluate_batch,
 };
 pub use select::{
     Metric, RankPick, RunInput, SelectRule, SelectStage, Selection, select_runs, write_selection,

@@ -5,12 +5,20 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use arrow::array::{Array, BooleanArray, Float32Array, StringArray, UInt8Array, UInt32Array};
+use arrow::array::{
+    Array, BooleanArray, FixedSizeListArray, Float32Array, PrimitiveArray, StringArray, UInt8Array,
+    UInt16Array, UInt32Array,
+};
+use arrow::datatypes::{ArrowPrimitiveType, Float32Type, UInt8Type};
+use burn::module::Param;
 use burn::prelude::*;
+use cwm_chess::encode::{label_index, unpack_move};
+use cwm_formats::predictions::{EP_CONVENTION_KEY, PREDICTIONS_FILE, PredictionRow};
 use cwm_models::{
-    Family, Model, ModelConfig, N_LABELS, PAD_TOKEN, Size, StateMetrics, StateModel,
-    correct_counts, save_model, state_loss, valid_mask,
+    Family, HEAD_OUT, LABEL_GROUPS, Model, ModelConfig, N_LABELS, PAD_TOKEN, Size, StateMetrics,
+    StateModel, correct_counts, save_model, state_loss, valid_mask,
 };
 use cwm_stage::{
     InputArtifact, ParamValue, Params, Progress, StageContext, StageKind, StageLog, cuda_ordinal_in,
@@ -62,6 +70,32 @@ fn checkpoint(dir: &Path) -> (PathBuf, Model) {
     let path = dir.join("ckpt");
     save_model(&path, &model, &config).unwrap();
     (path, model)
+}
+
+/// A Transformer d128 whose head ignores its input and predicts the start position's labels
+/// (`start`) at every step, saved as a checkpoint: exact at t = 0, partly right later.
+fn start_position_checkpoint(dir: &Path, start: &[u8]) -> PathBuf {
+    let config = ModelConfig::new(Family::Transformer, Size::D128);
+    let device = Device::flex();
+    let Model::Transformer(mut transformer) = Model::init(&config, &device).unwrap() else {
+        panic!("a transformer");
+    };
+    let mut bias = vec![0.0f32; HEAD_OUT];
+    for group in LABEL_GROUPS {
+        for r in 0..group.n_labels {
+            let class = usize::from(start[group.first_label + r]);
+            bias[group.logit_offset + r * group.n_classes + class] = 5.0;
+        }
+    }
+    let [d, width] = transformer.output_head.weight.dims();
+    transformer.output_head.weight = Param::from_tensor(Tensor::zeros([d, width], &device));
+    transformer.output_head.bias = Some(Param::from_tensor(Tensor::from_data(
+        TensorData::new(bias, [HEAD_OUT]),
+        &device,
+    )));
+    let path = dir.join("start-ckpt");
+    save_model(&path, &Model::Transformer(transformer), &config).unwrap();
+    path
 }
 
 fn run(model: &Path, data: &Path, out: &Path, options: &EvaluateOptions) -> EvaluateSummary {
@@ -374,10 +408,13 @@ fn reference_jsonl_input_gives_the_same_results_as_tokenize_shards() {
     let from_shards = run(&ckpt, &tokens, &scratch.0.join("a"), &options);
     let from_jsonl = run(&ckpt, &jsonl, &scratch.0.join("b"), &options);
     assert_eq!(from_shards, from_jsonl);
-    assert_eq!(
-        std::fs::read(scratch.0.join("a/timesteps.parquet")).unwrap(),
-        std::fs::read(scratch.0.join("b/timesteps.parquet")).unwrap()
-    );
+    for file in ["timesteps.parquet", PREDICTIONS_FILE] {
+        assert_eq!(
+            std::fs::read(scratch.0.join("a").join(file)).unwrap(),
+            std::fs::read(scratch.0.join("b").join(file)).unwrap(),
+            "{file}: the shards' en-passant convention is the JSONL's"
+        );
+    }
     // One JSONL file works too.
     let one = run(&ckpt, &shards[0], &scratch.0.join("c"), &options);
     assert_eq!(one.games, 3);
@@ -456,6 +493,7 @@ fn run_stage(
         params.insert(name, ParamValue::Int(value));
     }
     params.insert("device", ParamValue::Str(device.into()));
+    params.insert("probabilities", ParamValue::Bool(false));
     let artifact = |path: &Path| {
         vec![InputArtifact {
             producer: "p".into(),
@@ -532,4 +570,284 @@ fn the_stage_runs_on_the_assigned_gpu_only_when_its_device_is_cuda() {
     if let Err(e) = result {
         assert!(e.contains(&format!("{expected:?}")), "{e}");
     }
+}
+
+/// The fixed-size lists of `name` in `batch`, row by row.
+fn label_lists<T: ArrowPrimitiveType>(
+    batch: &arrow::array::RecordBatch,
+    name: &str,
+) -> Vec<[T::Native; 75]> {
+    let lists: &FixedSizeListArray = col(batch, name);
+    assert_eq!(lists.value_length(), 75, "{name}");
+    (0..lists.len())
+        .map(|i| {
+            let list = lists.value(i);
+            let values = list
+                .as_any()
+                .downcast_ref::<PrimitiveArray<T>>()
+                .unwrap_or_else(|| panic!("{name}: item type"));
+            values.values().to_vec().try_into().unwrap()
+        })
+        .collect()
+}
+
+/// Every row of `predictions.parquet` in `out`, with the file's en-passant metadata.
+fn read_predictions(out: &Path) -> (Vec<PredictionRow>, Option<String>) {
+    let path = out.join(PREDICTIONS_FILE);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+    let ep = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == EP_CONVENTION_KEY))
+        .and_then(|k| k.value.clone());
+    let mut rows = Vec::new();
+    for batch in builder.build().unwrap().map(Result::unwrap) {
+        let ids: &StringArray = col(&batch, "game_id");
+        let t: &UInt32Array = col(&batch, "t");
+        let token: &UInt16Array = col(&batch, "token");
+        let uci: &StringArray = col(&batch, "move");
+        let log_p: &Float32Array = col(&batch, "log_p_true");
+        let pred = label_lists::<UInt8Type>(&batch, "pred");
+        let target = label_lists::<UInt8Type>(&batch, "target");
+        let probabilities = batch.column_by_name("p_true").is_some();
+        let p_true = probabilities.then(|| label_lists::<Float32Type>(&batch, "p_true"));
+        let p_max = probabilities.then(|| label_lists::<Float32Type>(&batch, "p_max"));
+        for i in 0..batch.num_rows() {
+            rows.push(PredictionRow {
+                game_id: ids.value(i).to_owned(),
+                t: t.value(i),
+                token: token.value(i),
+                uci: uci.is_valid(i).then(|| uci.value(i).to_owned()),
+                pred: pred[i],
+                target: target[i],
+                log_p_true: log_p.value(i),
+                p_true: p_true.as_ref().map(|p| p[i]),
+                p_max: p_max.as_ref().map(|p| p[i]),
+            });
+        }
+    }
+    (rows, ep)
+}
+
+/// Correct labels of `row` per timesteps group: board, side, castling, en passant, halfmove,
+/// fullmove.
+fn group_hits(row: &PredictionRow) -> [u8; 6] {
+    let hits = |range: std::ops::Range<usize>| {
+        range.filter(|&j| row.pred[j] == row.target[j]).count() as u8
+    };
+    [
+        hits(0..64),
+        hits(64..65),
+        hits(65..69),
+        hits(69..71),
+        hits(71..73),
+        hits(73..75),
+    ]
+}
+
+/// The label index of a UCI square (`e2`): `(7 - rank) * 8 + file`.
+fn uci_square(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let file = usize::from(bytes[0] - b'a');
+    let rank = usize::from(bytes[1] - b'1');
+    assert!(file < 8 && rank < 8, "{text}");
+    (7 - rank) * 8 + file
+}
+
+/// Checks `row`'s move against its token and the labels before and after it.
+fn check_move(row: &PredictionRow, before: &[u8; 75]) {
+    let Some(uci) = &row.uci else {
+        assert_eq!(row.t, 0, "only t = 0 has no move: {row:?}");
+        assert_eq!(row.token, cwm_chess::encode::START);
+        return;
+    };
+    assert!(row.t > 0 && (4..=5).contains(&uci.len()), "{row:?}");
+    let (from, to) = (uci_square(&uci[0..2]), uci_square(&uci[2..4]));
+    let (token_from, token_to, promotion) = unpack_move(row.token).expect("a move id");
+    assert_eq!((label_index(token_from), label_index(token_to)), (from, to));
+    assert_eq!(uci.len() == 5, promotion.is_some(), "{uci}");
+    assert_ne!(before[from], 0, "{uci}: a piece stands on the from square");
+    assert_eq!(
+        row.target[from], 0,
+        "{uci}: the from square is empty after it"
+    );
+    assert_ne!(row.target[to], 0, "{uci}: the to square is taken after it");
+}
+
+#[test]
+fn predictions_follow_the_timesteps_row_for_row() {
+    let scratch = Scratch::new("predictions");
+    let (_, tokens) = sample_data(&scratch.0, 6);
+    let games: BTreeMap<String, TokenizedGame> = ShardReader::open(&tokens, 8)
+        .unwrap()
+        .map(|g| g.map(|g| (g.id.clone(), g)))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let start = &games.values().next().unwrap().states[..75];
+    let (random, _) = checkpoint(&scratch.0);
+    let fixed = start_position_checkpoint(&scratch.0, start);
+    for (name, ckpt) in [("random", random), ("start", fixed)] {
+        let out = scratch.0.join(name);
+        let options = EvaluateOptions {
+            split: "test_real".into(),
+            batch_size: 4,
+            probabilities: true,
+            ..EvaluateOptions::default()
+        };
+        let summary = run(&ckpt, &tokens, &out, &options);
+        let exact = check_predictions(&out, &games, &summary);
+        if name == "start" {
+            assert_eq!(exact, 6, "exact at t = 0 only, one step per game");
+        }
+    }
+}
+
+/// Checks `predictions.parquet` in `out` against `timesteps.parquet` and the games, row by row;
+/// returns the number of exact steps.
+fn check_predictions(
+    out: &Path,
+    games: &BTreeMap<String, TokenizedGame>,
+    summary: &EvaluateSummary,
+) -> usize {
+    let (rows, ep) = read_predictions(out);
+    assert_eq!(ep.as_deref(), Some("reference"));
+    let mut steps = 0;
+    let mut exact = 0;
+    for batch in read_batches(&out.join("timesteps.parquet")) {
+        let ids: &StringArray = col(&batch, "game_id");
+        let t: &UInt32Array = col(&batch, "t");
+        let is_exact: &BooleanArray = col(&batch, "exact");
+        let loss: &Float32Array = col(&batch, "loss");
+        let side: &BooleanArray = col(&batch, "side");
+        let groups: Vec<&UInt8Array> = ["board", "castling", "en_passant", "halfmove", "fullmove"]
+            .map(|name| col::<UInt8Array>(&batch, name))
+            .into();
+        for i in 0..batch.num_rows() {
+            let row = &rows[steps];
+            steps += 1;
+            assert_eq!((row.game_id.as_str(), row.t), (ids.value(i), t.value(i)));
+            assert_eq!(row.pred == row.target, is_exact.value(i), "{row:?}");
+            exact += usize::from(is_exact.value(i));
+            let hits = group_hits(row);
+            let from_table = [
+                groups[0].value(i),
+                u8::from(side.value(i)),
+                groups[1].value(i),
+                groups[2].value(i),
+                groups[3].value(i),
+                groups[4].value(i),
+            ];
+            assert_eq!(hits, from_table, "{row:?}");
+            let game = &games[&row.game_id];
+            let t = row.t as usize;
+            assert_eq!(row.token, game.moves[t]);
+            assert_eq!(row.target.as_slice(), &game.states[t * 75..t * 75 + 75]);
+            let before: [u8; 75] = match t {
+                0 => [0; 75],
+                _ => game.states[(t - 1) * 75..t * 75].try_into().unwrap(),
+            };
+            check_move(row, &before);
+            check_probabilities(row, loss.value(i));
+        }
+    }
+    assert_eq!(steps, rows.len());
+    assert_eq!(steps as u64, summary.steps);
+    assert_eq!(exact as f64 / steps as f64, summary.exact_state);
+    exact
+}
+
+/// `log_p_true` is minus the step's summed cross-entropy (75 × `loss`), at most 0, and the sum
+/// of the logs of `p_true`; `p_max` bounds `p_true` and equals it where the label is right.
+fn check_probabilities(row: &PredictionRow, loss: f32) {
+    let log_p = f64::from(row.log_p_true);
+    assert!(log_p <= 0.0 && log_p.exp() <= 1.0, "{row:?}");
+    let ce = f64::from(loss) * 75.0;
+    assert!((log_p + ce).abs() <= 1e-5 * ce.max(1.0), "{log_p} vs -{ce}");
+    let (Some(p_true), Some(p_max)) = (row.p_true, row.p_max) else {
+        panic!("probabilities were asked for: {row:?}");
+    };
+    let sum_of_logs: f64 = p_true.iter().map(|&p| f64::from(p).ln()).sum();
+    assert!(
+        (sum_of_logs - log_p).abs() <= 1e-4 * log_p.abs().max(1.0),
+        "Σ ln p_true {sum_of_logs} vs log_p_true {log_p}"
+    );
+    for j in 0..75 {
+        assert!(
+            p_true[j] > 0.0 && p_true[j] <= p_max[j] && p_max[j] <= 1.0,
+            "{row:?}"
+        );
+        if row.pred[j] == row.target[j] {
+            assert_eq!(p_true[j], p_max[j], "label {j}");
+        }
+    }
+}
+
+#[test]
+fn without_probabilities_the_file_has_the_seven_required_columns_and_python_reads_it() {
+    let scratch = Scratch::new("predictions-python");
+    let (_, tokens) = sample_data(&scratch.0, 3);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let out = scratch.0.join("out");
+    let summary = run(&ckpt, &tokens, &out, &EvaluateOptions::default());
+    let (rows, ep) = read_predictions(&out);
+    assert_eq!(ep.as_deref(), Some("reference"));
+    assert_eq!(rows.len() as u64, summary.steps);
+    assert!(rows.iter().all(|r| r.p_true.is_none() && r.p_max.is_none()));
+    let batches = read_batches(&out.join(PREDICTIONS_FILE));
+    let names: Vec<String> = batches[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "game_id",
+            "t",
+            "token",
+            "move",
+            "pred",
+            "target",
+            "log_p_true"
+        ]
+    );
+
+    let python = Command::new("python3")
+        .args(["-c", "import pyarrow.parquet"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !cwm_testkit::require("python3 with pyarrow (pip install pyarrow)", python) {
+        return;
+    }
+    let script = r#"
+import sys, pyarrow as pa, pyarrow.parquet as pq
+path = sys.argv[1]
+table = pq.read_table(path)
+pred_type = table.schema.field("pred").type
+assert pa.types.is_fixed_size_list(pred_type) and pred_type.list_size == 75, pred_type
+assert pred_type.value_type == pa.uint8(), pred_type
+assert table.schema.field("move").nullable
+meta = pq.read_metadata(path).metadata
+t, pred, target, moves = (table.column(c).to_pylist() for c in ("t", "pred", "target", "move"))
+exact = sum(p == q for p, q in zip(pred, target))
+assert all((m is None) == (s == 0) for m, s in zip(moves, t))
+print(table.num_rows, exact, meta[b"cwm.ep_convention"].decode())
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script])
+        .arg(out.join(PREDICTIONS_FILE))
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let exact = rows.iter().filter(|r| r.pred == r.target).count();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("{} {exact} reference", summary.steps)
+    );
 }
