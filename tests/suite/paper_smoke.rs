@@ -156,8 +156,14 @@ fn check_report_tables(report: &Path) {
         assert!(table1.contains(split), "{split} in\n{table1}");
     }
 
+    check_beyond_tables(report);
+
     // The page people open: every table and figure, in a real browser.
     let labels = [
+        "Beyond: validity (test_real)",
+        "Beyond: affordance (test_random)",
+        "Beyond: events (test_real)",
+        "Beyond: novelty (test_random)",
         "Table 1",
         "Table 2",
         "Table 3",
@@ -197,6 +203,40 @@ fn check_report_tables(report: &Path) {
         assert!(curve.is_file(), "{} is missing", curve.display());
     }
     super::report_page::check(report, &labels, figures);
+}
+
+/// The tables beyond the paper: on both test splits, one row per trained family (the chosen
+/// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
+fn check_beyond_tables(report: &Path) {
+    for split in ["test_real", "test_random"] {
+        for kind in ["validity", "fields", "affordance", "events", "novelty"] {
+            let csv = report.join(format!("beyond_{kind}_{split}.csv"));
+            assert!(csv.is_file(), "{} is missing", csv.display());
+        }
+        let validity =
+            std::fs::read_to_string(report.join(format!("beyond_validity_{split}.csv"))).unwrap();
+        let header: Vec<&str> = validity.lines().next().unwrap().split(',').collect();
+        assert!(header.contains(&"Valid position (%)"), "{header:?}");
+        assert_eq!(
+            validity.lines().count(),
+            1 + 7,
+            "one row per family:\n{validity}"
+        );
+        let affordance =
+            std::fs::read_to_string(report.join(format!("beyond_affordance_{split}.csv"))).unwrap();
+        let header: Vec<&str> = affordance.lines().next().unwrap().split(',').collect();
+        let iou = header
+            .iter()
+            .position(|h| *h == "Legal-move IoU (strict)")
+            .expect("the strict IoU column");
+        for row in affordance.lines().skip(1) {
+            let cell = row.split(',').nth(iou).unwrap();
+            let value: f64 = cell
+                .parse()
+                .unwrap_or_else(|_| panic!("IoU {cell:?} in {row}"));
+            assert!((0.0..=1.0).contains(&value), "{row}");
+        }
+    }
 }
 
 #[test]

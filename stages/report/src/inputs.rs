@@ -2,7 +2,7 @@
 //! the types of [`cwm_formats`] their writers write.
 //!
 //! An artifact is recognised by its producer's kind (`tokenize`, `train`, `select`,
-//! `evaluate`, `bin_prefix`); an artifact of another kind (a `command` stage that wrote a
+//! `evaluate`, `bin_prefix`, `diagnose`); an artifact of another kind (a `command` stage that wrote a
 //! compatible artifact, say) is recognised by the `"kind"` field of its `summary.json`, by a
 //! `selected.json` or by a `coverage.json`. Anything else is listed in `index.md` as ignored.
 //! A recognised artifact whose files are missing or malformed fails the report with the file
@@ -15,6 +15,7 @@ use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, Float64Type, UInt64Type};
 
 use cwm_formats::bins::BinPrefixSummary;
+use cwm_formats::diagnose::DiagnoseSummary;
 use cwm_formats::evaluate::EvaluateSummary;
 use cwm_formats::select::{Choice, SELECTED_FILE, Selection};
 use cwm_formats::tokenize::{COVERAGE_FILE, Coverage as CoverageFile};
@@ -147,6 +148,19 @@ pub struct BinResult {
     pub summary: BinPrefixSummary,
 }
 
+/// A `diagnose` artifact's `summary.json` (the beyond-the-paper tables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiagnoseResult {
+    /// The artifact.
+    pub origin: Origin,
+    /// Family.
+    pub family: Family,
+    /// Size.
+    pub size: Size,
+    /// The file.
+    pub summary: DiagnoseSummary,
+}
+
 /// Everything the report read, sorted by instance name within each kind.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inputs {
@@ -160,12 +174,21 @@ pub struct Inputs {
     pub evaluate: Vec<EvalResult>,
     /// Prefix bins.
     pub bins: Vec<BinResult>,
+    /// Diagnostics.
+    pub diagnose: Vec<DiagnoseResult>,
     /// Every input artifact with the kind it was recognised as (`None`: ignored).
     pub listed: Vec<(Origin, Option<&'static str>)>,
 }
 
 /// The kinds the report reads.
-pub const KNOWN_KINDS: [&str; 5] = ["tokenize", "train", "select", "evaluate", "bin_prefix"];
+pub const KNOWN_KINDS: [&str; 6] = [
+    "tokenize",
+    "train",
+    "select",
+    "evaluate",
+    "bin_prefix",
+    "diagnose",
+];
 
 /// Which kind of artifact this is, or `None` when the report does not use it.
 pub fn recognise(artifact: &InputArtifact) -> Option<&'static str> {
@@ -217,6 +240,7 @@ pub fn read_inputs(artifacts: &[InputArtifact]) -> Result<Inputs, ReportError> {
             Some("select") => inputs.select.extend(read_select(&origin, dir)?),
             Some("evaluate") => inputs.evaluate.push(read_evaluate(origin, dir)?),
             Some("bin_prefix") => inputs.bins.push(read_bins(origin, dir)?),
+            Some("diagnose") => inputs.diagnose.push(read_diagnose(origin, dir)?),
             _ => {}
         }
     }
@@ -313,6 +337,18 @@ fn read_bins(origin: Origin, dir: &Path) -> Result<BinResult, ReportError> {
     check_kind(&path, &summary.kind, cwm_formats::bins::KIND)?;
     summary.bins.sort_by_key(|b| b.start);
     Ok(BinResult {
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
+        origin,
+    })
+}
+
+fn read_diagnose(origin: Origin, dir: &Path) -> Result<DiagnoseResult, ReportError> {
+    let path = dir.join(SUMMARY_FILE);
+    let summary: DiagnoseSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::diagnose::KIND)?;
+    Ok(DiagnoseResult {
         family: parse_name(&path, "arch", &summary.arch)?,
         size: parse_name(&path, "size", &summary.size)?,
         summary,

@@ -25,7 +25,7 @@ pub mod setup;
 pub mod table;
 pub mod tables;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -226,7 +226,16 @@ fn build_tables(
         None
     };
     check()?;
+    let evaluations = |inputs: &Inputs| -> BTreeSet<String> {
+        inputs
+            .evaluate
+            .iter()
+            .map(|e| e.origin.hash.clone())
+            .collect()
+    };
+    let before = evaluations(inputs);
     notes.extend(tables::keep_chosen_floor_evaluations(inputs));
+    let dropped: BTreeSet<String> = before.difference(&evaluations(inputs)).cloned().collect();
     let paper = published::Paper::load()?;
     let built = tables::paper_tables(inputs, counts.as_ref(), &paper)?;
     tables.extend(built.tables);
@@ -245,6 +254,14 @@ fn build_tables(
                 .into(),
         }),
     }
+    let beyond = tables::beyond_tables(inputs, &dropped);
+    if beyond.is_empty() && !inputs.evaluate.is_empty() {
+        missing.push(MissingTable {
+            label: "Beyond the paper".into(),
+            reason: "no diagnose artifact among the inputs".into(),
+        });
+    }
+    tables.extend(beyond);
     Ok((tables, missing))
 }
 

@@ -1,9 +1,11 @@
 //! The paper's Tables 4–12, built from the [`Inputs`] in the paper's layout, each followed by
-//! a comparison with the published values (`<id>_vs_paper`), then cwm's extra tables.
+//! a comparison with the published values (`<id>_vs_paper`), then cwm's extra tables and the
+//! tables beyond the paper ([`beyond_tables`], from `diagnose` artifacts).
 //!
 //! A table the inputs cannot fill is not written; [`paper_tables`] returns it as a
 //! [`MissingTable`] with the reason, for `index.md`.
 
+mod beyond;
 mod bins;
 mod draft;
 mod evaluation;
@@ -16,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use cwm_formats::fs::file_safe;
 use cwm_models::{Family, Size};
 
+pub use self::beyond::beyond_tables;
 pub use self::training::{ChosenBy, FloorChoice, floor_choices, keep_chosen_floor_evaluations};
 use crate::error::ReportError;
 use crate::format;

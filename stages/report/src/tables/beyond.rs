@@ -1,0 +1,470 @@
+//! The tables beyond the paper, from `diagnose` artifacts (one table of each kind per split):
+//! `beyond_validity_<split>` (E1), `beyond_fields_<split>` (E2), `beyond_affordance_<split>`
+//! (E3, E4), `beyond_events_<split>` (E5) and `beyond_novelty_<split>` (E7, when the
+//! diagnostics were given a novelty artifact).
+//!
+//! Every rate is printed from the diagnose summary as written: a percentage with two decimals,
+//! a mean in 0..1 with three, a rate per 1,000 steps with two; `–` where the value is undefined
+//! or rests on fewer than 30 steps, games or events; the CSV has the full-precision value.
+
+use std::collections::BTreeSet;
+
+use cwm_formats::diagnose::{DiagnoseSummary, Rate, Ratio, TagStats};
+use cwm_formats::novelty::{NoveltyCell, NoveltyMetrics};
+
+use super::{cell_name, file_safe, paper_rank, sources, split_order};
+use crate::inputs::{DiagnoseResult, Inputs};
+use crate::table::{Cell, Column, Table};
+
+/// The note every beyond table carries about `–`.
+const DASH_NOTE: &str =
+    "`–`: not defined, or fewer than 30 steps, games or events behind the value.";
+
+/// Every beyond table, split by split in report order, leaving out the diagnoses of the
+/// evaluations in `dropped` (the floors no selection chose, which the test tables leave out
+/// too).
+pub fn beyond_tables(inputs: &Inputs, dropped: &BTreeSet<String>) -> Vec<Table> {
+    let used = |d: &&DiagnoseResult| {
+        !d.summary
+            .evaluate_hash
+            .as_ref()
+            .is_some_and(|h| dropped.contains(h))
+    };
+    let diagnoses: Vec<&DiagnoseResult> = inputs.diagnose.iter().filter(used).collect();
+    let splits = split_order(diagnoses.iter().map(|d| d.summary.split.clone()));
+    let mut tables = Vec::new();
+    for split in splits {
+        let mut runs: Vec<&DiagnoseResult> = diagnoses
+            .iter()
+            .copied()
+            .filter(|d| d.summary.split == split)
+            .collect();
+        runs.sort_by_key(|d| (paper_rank(d.family), d.size, d.origin.instance.clone()));
+        tables.push(validity(&split, &runs));
+        tables.push(fields(&split, &runs));
+        tables.push(affordance(&split, &runs));
+        tables.push(events(&split, &runs));
+        if runs.iter().any(|d| d.summary.novelty.is_some()) {
+            tables.push(novelty(&split, &runs));
+        }
+    }
+    tables
+}
+
+/// A table of `kind` on `split` with one row per run, made by `row`.
+fn per_run_table(
+    kind: &str,
+    title: String,
+    split: &str,
+    runs: &[&DiagnoseResult],
+    columns: Vec<Column>,
+    row: impl Fn(&DiagnoseSummary) -> Vec<Cell>,
+) -> Table {
+    let rows = runs
+        .iter()
+        .map(|d| {
+            let mut cells = vec![model_cell(d)];
+            cells.extend(row(&d.summary));
+            cells
+        })
+        .collect();
+    let mut all = vec![Column::left("Model")];
+    all.extend(columns);
+    Table {
+        id: format!("beyond_{kind}_{}", file_safe(split)),
+        label: format!("Beyond: {kind} ({split})"),
+        title,
+        columns: all,
+        rows,
+        notes: vec![DASH_NOTE.to_owned()],
+        sources: sources(runs.iter().map(|d| &d.origin)),
+    }
+}
+
+fn model_cell(d: &DiagnoseResult) -> Cell {
+    Cell::with_raw(
+        cell_name(d.family, d.size),
+        format!("{}-{}", d.family.name(), d.size.name()),
+    )
+}
+
+/// The value of `rate` when it is defined and rests on enough cases.
+fn shown(rate: &Rate) -> Option<f64> {
+    if rate.low_n { None } else { rate.value }
+}
+
+/// A proportion as a percentage.
+fn pct(rate: &Rate) -> Cell {
+    shown(rate).map_or_else(Cell::missing, |v| {
+        Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
+    })
+}
+
+/// A proportion as a percentage with its 95% interval.
+fn pct_ci(rate: &Rate) -> Cell {
+    let Some(v) = shown(rate) else {
+        return Cell::missing();
+    };
+    let text = match (rate.lo, rate.hi) {
+        (Some(lo), Some(hi)) => format!("{:.2} [{:.2}, {:.2}]", v * 100.0, lo * 100.0, hi * 100.0),
+        _ => format!("{:.2}", v * 100.0),
+    };
+    Cell::with_raw(text, format!("{}", v * 100.0))
+}
+
+/// A mean in 0..1 with three decimals.
+fn mean(rate: &Rate) -> Cell {
+    shown(rate).map_or_else(Cell::missing, |v| {
+        Cell::with_raw(format!("{v:.3}"), format!("{v}"))
+    })
+}
+
+/// A rate already on its own scale (per 1,000 steps) with two decimals.
+fn per_thousand(rate: &Rate) -> Cell {
+    shown(rate).map_or_else(Cell::missing, |v| {
+        Cell::with_raw(format!("{v:.2}"), format!("{v}"))
+    })
+}
+
+/// A ratio (a lift) with its interval.
+fn ratio_ci(ratio: &Ratio) -> Cell {
+    let value = if ratio.low_n { None } else { ratio.value };
+    let Some(v) = value else {
+        return Cell::missing();
+    };
+    let text = match (ratio.lo, ratio.hi) {
+        (Some(lo), Some(hi)) => format!("{v:.2} [{lo:.2}, {hi:.2}]"),
+        _ => format!("{v:.2}"),
+    };
+    Cell::with_raw(text, format!("{v}"))
+}
+
+fn count(n: u64) -> Cell {
+    Cell::with_raw(crate::format::count(n), n.to_string())
+}
+
+fn right(headers: &[&str]) -> Vec<Column> {
+    headers.iter().map(|h| Column::right(*h)).collect()
+}
+
+/// E1: the tiers V0..V5, the plausible-error share and the most frequent flag among errors.
+fn validity(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let columns = right(&[
+        "Steps",
+        "Well-formed (%)",
+        "Valid position (%)",
+        "Counter-consistent (%)",
+        "Prefix-consistent (%)",
+        "Affords next move (%)",
+        "ExactState (%)",
+        "Plausible errors (%)",
+        "Games with an invalid state (%)",
+    ]);
+    let mut columns = columns;
+    columns.push(Column::left("Commonest flag among errors"));
+    let title = format!(
+        "Validity of the predicted states on {split}: the share of steps at each tier (cumulative), \
+         and of wrong states that are still valid positions"
+    );
+    let mut table = per_run_table("validity", title, split, runs, columns, |s| {
+        let v = &s.validity;
+        let tier = |k: usize| v.tiers.get(k).map_or_else(Cell::missing, pct);
+        vec![
+            count(s.steps),
+            tier(0),
+            tier(1),
+            tier(2),
+            tier(3),
+            tier(4),
+            tier(5),
+            pct_ci(&v.plausible_error_share),
+            pct(&v.games_with_v1_failure),
+            commonest_flag(s),
+        ]
+    });
+    table.notes.push(
+        "Tiers are cumulative: V0 well-formed labels, V1 a valid position (python-chess 1.11.2 \
+         `Board.status()` has no flag), V2 counters consistent with each other, V3 consistent \
+         with the ply, V4 the game's next move is legal in the predicted position (over steps \
+         that have a next move), V5 exact. Plausible errors: P(valid position | not exact), \
+         with a 95% game-level bootstrap interval."
+            .to_owned(),
+    );
+    table
+}
+
+/// The flag firing most often among non-exact steps, with its share.
+fn commonest_flag(s: &DiagnoseSummary) -> Cell {
+    let best = s
+        .validity
+        .flags_non_exact
+        .iter()
+        .filter(|f| f.rate.num > 0.0)
+        .max_by(|a, b| a.rate.num.total_cmp(&b.rate.num));
+    match best {
+        Some(flag) => match flag.rate.value {
+            Some(v) => Cell::with_raw(
+                format!("{} ({:.1}%)", flag.name, v * 100.0),
+                flag.name.clone(),
+            ),
+            None => Cell::text(flag.name.clone()),
+        },
+        None => Cell::missing(),
+    }
+}
+
+/// E2: per-field exactness, position-only exactness and piece-level errors.
+fn fields(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let columns = right(&[
+        "Placement (%)",
+        "Side (%)",
+        "Castling (%)",
+        "En passant (%)",
+        "Halfmove (%)",
+        "Fullmove (%)",
+        "Position exact (%)",
+        "ExactState (%)",
+        "Counter-only errors (%)",
+        "Phantom pieces (%)",
+        "Missing pieces (%)",
+        "Misidentified pieces (%)",
+    ]);
+    let title = format!(
+        "The FEN fields of the predicted states on {split}: each field exact, the position \
+         (first four FEN fields) exact, and piece-level errors over squares"
+    );
+    let mut table = per_run_table("fields", title, split, runs, columns, |s| {
+        let f = &s.fields;
+        vec![
+            pct(&f.placement),
+            pct(&f.side),
+            pct(&f.castling),
+            pct(&f.en_passant),
+            pct(&f.halfmove),
+            pct(&f.fullmove),
+            pct(&f.position_exact),
+            pct(&f.exact_state),
+            pct(&f.counter_only_error_share),
+            pct(&f.phantom_rate),
+            pct(&f.omission_rate),
+            pct(&f.misidentification_rate),
+        ]
+    });
+    table.notes.push(
+        "Counter-only errors: the share of wrong states whose position is exact (only the \
+         halfmove clock or fullmove number is wrong). Phantom: predicted pieces on squares whose \
+         true label differs, over predicted pieces; missing: true pieces predicted empty, over \
+         true pieces; misidentified: both occupied but different, over true pieces."
+            .to_owned(),
+    );
+    table
+}
+
+/// E3 and E4: legal-move agreement, transition consistency, invariants and recovery.
+fn affordance(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let columns = right(&[
+        "Legal-move IoU (strict)",
+        "Legal-move IoU (defined)",
+        "Coverage (%)",
+        "Precision (strict)",
+        "Recall (strict)",
+        "Legal set exact (%)",
+        "Per-piece IoU (strict)",
+        "Silent errors (%)",
+        "Next move afforded (%)",
+        "Transition consistent (%)",
+        "TC after a wrong state (%)",
+        "Invariant violations per 1k",
+        "Recovery (%)",
+        "Mean error run",
+    ]);
+    let title = format!(
+        "Legal moves and dynamics of the predicted states on {split}: agreement of the legal \
+         move sets with the true ones, and how predictions follow each other"
+    );
+    let mut table = per_run_table("affordance", title, split, runs, columns, |s| {
+        let (a, d) = (&s.affordance, &s.dynamics);
+        vec![
+            mean(&a.iou.strict),
+            mean(&a.iou.defined),
+            pct(&a.coverage),
+            mean(&a.precision.strict),
+            mean(&a.recall.strict),
+            pct(&a.legal_set_exact.strict),
+            mean(&a.per_piece_iou.strict),
+            pct(&a.silent_error_share),
+            pct(&d.next_move_afforded),
+            pct(&d.transition_consistent),
+            pct(&d.tc_given_prev_wrong),
+            invariant_total(s),
+            pct(&d.recovery_rate),
+            d.error_runs.mean.map_or_else(Cell::missing, |m| {
+                Cell::with_raw(format!("{m:.2}"), format!("{m}"))
+            }),
+        ]
+    });
+    table.notes.push(
+        "Strict means score a step whose predicted state is not a playable position as 0; the \
+         defined-only mean leaves it out and the coverage column says how many steps it keeps. \
+         Silent errors: wrong states whose legal move set is exactly right. Transition \
+         consistent: the previous prediction with the game's move, replayed by the rules, gives \
+         this prediction. Invariant violations: I1–I7 of the specification summed, per 1,000 \
+         steps (castling rights reappearing, piece or pawn counts rising, side or counters \
+         stepping wrongly, squares away from the move changing). Recovery: P(exact at t+1 | wrong \
+         at t)."
+            .to_owned(),
+    );
+    table
+}
+
+/// I1–I7 summed, per 1,000 steps.
+fn invariant_total(s: &DiagnoseSummary) -> Cell {
+    let invariants = &s.dynamics.invariants;
+    let Some(first) = invariants.first() else {
+        return Cell::missing();
+    };
+    let num: f64 = invariants.iter().map(|i| i.violations.num).sum();
+    let total = Rate {
+        num,
+        value: first
+            .violations
+            .value
+            .map(|_| num * f64::from(first.violations.scale) / first.violations.n as f64),
+        lo: None,
+        hi: None,
+        ..first.violations
+    };
+    per_thousand(&total)
+}
+
+/// E5: one row per model and event tag.
+fn events(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let mut columns = vec![Column::left("Model"), Column::left("Event")];
+    columns.extend(right(&[
+        "n",
+        "Per 1k plies",
+        "ExactState at the event (%)",
+        "Relevant labels (%)",
+        "ExactState at t+1 (%)",
+        "ExactState at t+5 (%)",
+        "Lift",
+        "First-error share (%)",
+        "First-error lift",
+    ]));
+    let mut rows = Vec::new();
+    for d in runs {
+        for tag in &d.summary.events.tags {
+            rows.push(event_row(d, tag));
+        }
+    }
+    Table {
+        id: format!("beyond_events_{}", file_safe(split)),
+        label: format!("Beyond: events ({split})"),
+        title: format!(
+            "Rare events on {split}: how often each rule event occurs and how the models fare at \
+             it, after it, and at their first error"
+        ),
+        columns,
+        rows,
+        notes: vec![
+            DASH_NOTE.to_owned(),
+            "ExactState at the event with a 95% game-level bootstrap interval. Lift: the error \
+             rate at tagged steps over the error rate at untagged steps of the same 20-ply bin, \
+             weighted by the tagged steps' bins (1 = no harder than usual). First-error share: \
+             of the games' first wrong steps, the share carrying the tag; its lift divides by \
+             the tag's base rate in the same bins."
+                .to_owned(),
+        ],
+        sources: sources(runs.iter().map(|d| &d.origin)),
+    }
+}
+
+fn event_row(d: &DiagnoseResult, tag: &TagStats) -> Vec<Cell> {
+    let first = d
+        .summary
+        .events
+        .first_errors
+        .tags
+        .iter()
+        .find(|f| f.tag == tag.tag);
+    let after = |i: usize| tag.aftershock.get(i).map_or_else(Cell::missing, pct);
+    vec![
+        model_cell(d),
+        Cell::text(tag.tag.clone()),
+        count(tag.n),
+        per_thousand(&tag.per_1000),
+        pct_ci(&tag.exact_state),
+        pct(&tag.relevant_accuracy),
+        after(0),
+        after(4),
+        ratio_ci(&tag.lift),
+        first.map_or_else(Cell::missing, |f| pct(&f.share)),
+        first.map_or_else(Cell::missing, |f| ratio_ci(&f.lift)),
+    ]
+}
+
+/// E7: coverage of the test steps by the training split, and ExactState seen vs novel.
+fn novelty(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let columns = right(&[
+        "Steps",
+        "Prefix seen (%)",
+        "Position seen (%)",
+        "State seen (%)",
+        "ExactState, prefix seen (%)",
+        "ExactState, position seen (%)",
+        "ExactState, novel position (%)",
+        "Seen − novel gap (points)",
+    ]);
+    let title = format!(
+        "Seen and novel steps on {split}: how much of the test games the training games \
+         contain, and ExactState on seen and novel positions"
+    );
+    let mut table = per_run_table("novelty", title, split, runs, columns, |s| {
+        let Some(m) = &s.novelty else {
+            return vec![Cell::missing(); 8];
+        };
+        let share = |v: Option<f64>| {
+            v.map_or_else(Cell::missing, |v| {
+                Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
+            })
+        };
+        vec![
+            count(m.steps),
+            share(m.prefix_seen_share),
+            share(m.position_seen_share),
+            share(m.state_seen_share),
+            stratum_exact(m, |b| &b.prefix_seen),
+            stratum_exact(m, |b| &b.position_seen),
+            stratum_exact(m, |b| &b.novel),
+            m.seen_novel_gap.map_or_else(Cell::missing, |g| {
+                Cell::with_raw(format!("{:+.2}", g * 100.0), format!("{}", g * 100.0))
+            }),
+        ]
+    });
+    table.notes.push(
+        "Seen: the step's move prefix, position (FIDE identity) or full 75-label state occurs \
+         in the training split the model was trained on. Position seen: prefix unseen but \
+         position seen. The gap compares ExactState on seen and novel positions within each \
+         20-ply bin, weighted by the novel steps per bin, so that early (mostly seen) steps do \
+         not make it."
+            .to_owned(),
+    );
+    table
+}
+
+/// ExactState over one stratum, all ply bins together.
+fn stratum_exact(
+    m: &NoveltyMetrics,
+    cell: impl Fn(&cwm_formats::novelty::NoveltyPlyBin) -> &NoveltyCell,
+) -> Cell {
+    let (n, exact) = m
+        .by_ply
+        .iter()
+        .map(&cell)
+        .fold((0u64, 0u64), |(n, e), c| (n + c.n, e + c.exact));
+    if n < cwm_formats::diagnose::MIN_N {
+        return Cell::missing();
+    }
+    let v = exact as f64 / n as f64;
+    Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
+}
