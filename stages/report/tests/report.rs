@@ -462,7 +462,11 @@ fn tables_match_golden_files() {
     let index = std::fs::read_to_string(out.0.join("index.md")).unwrap();
     check_golden("index.md", &index);
     let missing: Vec<&str> = summary.missing.iter().map(|m| m.label.as_str()).collect();
-    assert_eq!(missing, ["Table 4"], "param_counts is off");
+    assert_eq!(
+        missing,
+        ["Table 4", "Beyond the paper"],
+        "param_counts is off and no diagnose artifact is an input"
+    );
     assert!(
         index.contains("- Table 4: parameter counts not asked for (param_counts: false)"),
         "{index}"
@@ -670,7 +674,8 @@ fn tables_without_inputs_are_absent() {
             "Table 10",
             "Table 11",
             "Table 12",
-            "Ranking agreement"
+            "Ranking agreement",
+            "Beyond the paper"
         ]
     );
     let index = std::fs::read_to_string(out.0.join("index.md")).unwrap();
