@@ -135,6 +135,17 @@ impl From<DiagnoseError> for StageError {
     }
 }
 
+impl From<crate::parquet_file::WriteError> for DiagnoseError {
+    fn from(e: crate::parquet_file::WriteError) -> Self {
+        use crate::parquet_file::WriteError;
+        match e {
+            WriteError::Io(path, e) => DiagnoseError::io(path, e),
+            WriteError::Arrow(path, e) => DiagnoseError::arrow(path, e),
+            WriteError::Parquet(path, e) => DiagnoseError::parquet(path, e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@
 pub mod diagnose;
 mod error;
 pub mod novelty;
+mod parquet_file;
 pub mod stats;
 
 use cwm_stage::StageKind;

@@ -392,6 +392,7 @@ const FILES: &[&str] = &[
     "src/lib.rs",
     "src/error.rs",
     "src/stats.rs",
+    "src/parquet_file.rs",
     "src/diagnose/",
     "src/novelty/error.rs",
     "src/novelty/metrics.rs",

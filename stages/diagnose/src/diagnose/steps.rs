@@ -20,21 +20,15 @@
 //! | `tags` | uint32 | the step's event tags, bit `e` for tag `e` of the summary's `events.tags` order |
 //! | `first_error` | bool | the game's first non-exact step |
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BooleanArray, Float32Array, RecordBatch, StringArray, UInt8Array, UInt32Array,
-};
+use arrow::array::{ArrayRef, BooleanArray, Float32Array, StringArray, UInt8Array, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use cwm_chess::rules::StatusFlags;
-use cwm_formats::fs::AtomicFile;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use crate::DiagnoseError;
+use crate::parquet_file::ParquetFile;
 
 /// Bit of the `flags` column: the en-passant file and rank are not both set or both unset.
 pub const FLAG_EP_HALF_SET: u32 = 1 << 24;
@@ -157,12 +151,7 @@ pub struct GameSteps {
 }
 
 /// `steps.parquet` being written under a temporary name, a batch of games at a time.
-pub struct StepsWriter {
-    path: PathBuf,
-    file: AtomicFile,
-    schema: SchemaRef,
-    writer: ArrowWriter<File>,
-}
+pub struct StepsWriter(ParquetFile);
 
 impl StepsWriter {
     /// Creates the file (under a temporary name until [`StepsWriter::finish`]).
@@ -170,21 +159,7 @@ impl StepsWriter {
     /// # Errors
     /// [`DiagnoseError`] naming the file.
     pub fn create(path: &Path) -> Result<StepsWriter, DiagnoseError> {
-        let atomic = AtomicFile::new(path);
-        let tmp = atomic.temp_path();
-        let file = File::create(tmp).map_err(|e| DiagnoseError::io(tmp, e))?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
-            .build();
-        let schema = steps_schema();
-        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
-            .map_err(|e| DiagnoseError::parquet(path, e))?;
-        Ok(StepsWriter {
-            path: path.to_path_buf(),
-            file: atomic,
-            schema,
-            writer,
-        })
+        Ok(StepsWriter(ParquetFile::create(path, steps_schema())?))
     }
 
     /// Appends the rows of `games`, in order.
@@ -243,11 +218,7 @@ impl StepsWriter {
             )),
             column(|r| r.first_error),
         ];
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| DiagnoseError::arrow(&self.path, e))?;
-        self.writer
-            .write(&batch)
-            .map_err(|e| DiagnoseError::parquet(&self.path, e))
+        Ok(self.0.write(columns)?)
     }
 
     /// Closes the file and gives it its name.
@@ -255,11 +226,6 @@ impl StepsWriter {
     /// # Errors
     /// [`DiagnoseError`] naming the file.
     pub fn finish(self) -> Result<(), DiagnoseError> {
-        self.writer
-            .close()
-            .map_err(|e| DiagnoseError::parquet(&self.path, e))?;
-        self.file
-            .commit()
-            .map_err(|e| DiagnoseError::io(&self.path, e))
+        Ok(self.0.finish()?)
     }
 }

@@ -114,3 +114,14 @@ impl From<NoveltyError> for StageError {
         }
     }
 }
+
+impl From<crate::parquet_file::WriteError> for NoveltyError {
+    fn from(e: crate::parquet_file::WriteError) -> Self {
+        use crate::parquet_file::WriteError;
+        match e {
+            WriteError::Io(path, e) => NoveltyError::io(path, e),
+            WriteError::Arrow(path, e) => NoveltyError::arrow(path, e),
+            WriteError::Parquet(path, e) => NoveltyError::parquet(path, e),
+        }
+    }
+}

@@ -225,7 +225,12 @@ impl StageKind for NoveltyStage {
         cwm_stage::combine_fingerprints(&[
             &cwm_stage::fingerprint_of_files(
                 crate::FILE_FINGERPRINTS,
-                &["Cargo.toml", "src/lib.rs", "src/novelty/"],
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/parquet_file.rs",
+                    "src/novelty/",
+                ],
             ),
             &cwm_stage_data::shard_reader_fingerprint(),
         ])

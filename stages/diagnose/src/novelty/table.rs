@@ -9,16 +9,13 @@ use arrow::array::{
     Array, ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use cwm_formats::fs::AtomicFile;
 use cwm_formats::novelty::{NOVELTY_FILE, NoveltyRow, columns};
 use cwm_stage_data::TokenizedGame;
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use super::NoveltyError;
 use super::scan::{GameNovelty, StepCounts};
+use crate::parquet_file::ParquetFile;
 
 /// Rows the reader decodes at a time.
 const READ_ROWS: usize = 8192;
@@ -47,28 +44,12 @@ fn since(t: u32, deviation: u32) -> i32 {
 
 /// Writes `novelty.parquet` under a temporary name, renamed into place by
 /// [`NoveltyWriter::finish`].
-pub(crate) struct NoveltyWriter {
-    path: PathBuf,
-    file: AtomicFile,
-    writer: ArrowWriter<File>,
-}
+pub(crate) struct NoveltyWriter(ParquetFile);
 
 impl NoveltyWriter {
     /// Starts `path`.
     pub(crate) fn create(path: &Path) -> Result<NoveltyWriter, NoveltyError> {
-        let file = AtomicFile::new(path);
-        let tmp = file.temp_path();
-        let out = File::create(tmp).map_err(|e| NoveltyError::io(tmp, e))?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
-            .build();
-        let writer = ArrowWriter::try_new(out, novelty_schema(), Some(props))
-            .map_err(|e| NoveltyError::parquet(path, e))?;
-        Ok(NoveltyWriter {
-            path: path.to_path_buf(),
-            file,
-            writer,
-        })
+        Ok(NoveltyWriter(ParquetFile::create(path, novelty_schema())?))
     }
 
     /// Appends the rows of `games`, whose counts are `found` (one entry per game).
@@ -107,21 +88,12 @@ impl NoveltyWriter {
                 rows().map(|r| r.3.map(|d| since(r.1, d))),
             )),
         ];
-        let batch = RecordBatch::try_new(novelty_schema(), columns)
-            .map_err(|e| NoveltyError::arrow(&self.path, e))?;
-        self.writer
-            .write(&batch)
-            .map_err(|e| NoveltyError::parquet(&self.path, e))
+        Ok(self.0.write(columns)?)
     }
 
     /// Closes the file and renames it into place.
     pub(crate) fn finish(self) -> Result<(), NoveltyError> {
-        self.writer
-            .close()
-            .map_err(|e| NoveltyError::parquet(&self.path, e))?;
-        self.file
-            .commit()
-            .map_err(|e| NoveltyError::io(&self.path, e))
+        Ok(self.0.finish()?)
     }
 }
 
@@ -260,6 +232,7 @@ fn decode_batch(path: &Path, batch: &RecordBatch) -> Result<Vec<NoveltyRow>, Nov
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parquet::arrow::ArrowWriter;
 
     fn scratch(tag: &str) -> PathBuf {
         let dir =
