@@ -254,7 +254,8 @@ fn build_tables(
                 .into(),
         }),
     }
-    let beyond = tables::beyond_tables(inputs, &dropped);
+    tables::keep_chosen_floor_diagnoses(inputs, &dropped);
+    let beyond = tables::beyond_tables(inputs);
     if beyond.is_empty() && !inputs.evaluate.is_empty() {
         missing.push(MissingTable {
             label: "Beyond the paper".into(),

@@ -20,26 +20,40 @@ use crate::table::{Cell, Column, Table};
 const DASH_NOTE: &str =
     "`–`: not defined, or fewer than 30 steps, games or events behind the value.";
 
-/// Every beyond table, split by split in report order, leaving out the diagnoses of the
-/// evaluations in `dropped` (the floors no selection chose, which the test tables leave out
-/// too).
-pub fn beyond_tables(inputs: &Inputs, dropped: &BTreeSet<String>) -> Vec<Table> {
-    let used = |d: &&DiagnoseResult| {
+/// Leaves out of `inputs.diagnose` the diagnoses of the evaluations in `dropped` (the floors no
+/// selection chose, which the test tables leave out too), so that the beyond tables and
+/// figures show the same models as the paper's.
+pub fn keep_chosen_floor_diagnoses(inputs: &mut Inputs, dropped: &BTreeSet<String>) {
+    inputs.diagnose.retain(|d| {
         !d.summary
             .evaluate_hash
             .as_ref()
             .is_some_and(|h| dropped.contains(h))
-    };
-    let diagnoses: Vec<&DiagnoseResult> = inputs.diagnose.iter().filter(used).collect();
-    let splits = split_order(diagnoses.iter().map(|d| d.summary.split.clone()));
+    });
+}
+
+/// The diagnoses of each split, splits in report order, runs in the paper's order of families
+/// then by size (then instance name).
+pub fn beyond_runs(inputs: &Inputs) -> Vec<(String, Vec<&DiagnoseResult>)> {
+    let splits = split_order(inputs.diagnose.iter().map(|d| d.summary.split.clone()));
+    splits
+        .into_iter()
+        .map(|split| {
+            let mut runs: Vec<&DiagnoseResult> = inputs
+                .diagnose
+                .iter()
+                .filter(|d| d.summary.split == split)
+                .collect();
+            runs.sort_by_key(|d| (paper_rank(d.family), d.size, d.origin.instance.clone()));
+            (split, runs)
+        })
+        .collect()
+}
+
+/// Every beyond table, split by split in report order.
+pub fn beyond_tables(inputs: &Inputs) -> Vec<Table> {
     let mut tables = Vec::new();
-    for split in splits {
-        let mut runs: Vec<&DiagnoseResult> = diagnoses
-            .iter()
-            .copied()
-            .filter(|d| d.summary.split == split)
-            .collect();
-        runs.sort_by_key(|d| (paper_rank(d.family), d.size, d.origin.instance.clone()));
+    for (split, runs) in beyond_runs(inputs) {
         tables.push(validity(&split, &runs));
         tables.push(fields(&split, &runs));
         tables.push(affordance(&split, &runs));

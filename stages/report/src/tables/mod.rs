@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use cwm_formats::fs::file_safe;
 use cwm_models::{Family, Size};
 
-pub use self::beyond::beyond_tables;
+pub use self::beyond::{beyond_runs, beyond_tables, keep_chosen_floor_diagnoses};
 pub use self::training::{ChosenBy, FloorChoice, floor_choices, keep_chosen_floor_evaluations};
 use crate::error::ReportError;
 use crate::format;
