@@ -1,6 +1,6 @@
 //! The tables beyond the paper, from `diagnose` artifacts (one table of each kind per split):
 //! `beyond_validity_<split>` (E1), `beyond_fields_<split>` (E2), `beyond_affordance_<split>`
-//! (E3, E4), `beyond_events_<split>` (E5) and `beyond_novelty_<split>` (E7, when the
+//! (E3, E4), `beyond_events_<split>` and `beyond_first_error_<split>` (E5) and `beyond_novelty_<split>` (E7, when the
 //! diagnostics were given a novelty artifact).
 //!
 //! Every rate is printed from the diagnose summary as written: a percentage with two decimals,
@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use cwm_formats::diagnose::{DiagnoseSummary, Rate, Ratio, TagStats};
+use cwm_formats::diagnose::{DiagnoseSummary, FirstErrors, Rate, Ratio, TagStats};
 use cwm_formats::novelty::{NoveltyCell, NoveltyMetrics};
 
 use super::{cell_name, file_safe, paper_rank, sources, split_order};
@@ -58,6 +58,7 @@ pub fn beyond_tables(inputs: &Inputs) -> Vec<Table> {
         tables.push(fields(&split, &runs));
         tables.push(affordance(&split, &runs));
         tables.push(events(&split, &runs));
+        tables.push(first_error(&split, &runs));
         if runs.iter().any(|d| d.summary.novelty.is_some()) {
             tables.push(novelty(&split, &runs));
         }
@@ -417,6 +418,76 @@ fn event_row(d: &DiagnoseResult, tag: &TagStats) -> Vec<Cell> {
     ]
 }
 
+/// How many events the first-error table names per model.
+const TOP_FIRST_ERROR_EVENTS: usize = 3;
+
+/// E5's first-error attribution: per model, the games with an error, which fields are wrong
+/// at each game's first error, and the events most over-represented there.
+fn first_error(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let mut columns = right(&[
+        "Games with an error",
+        "Placement wrong (%)",
+        "Side wrong (%)",
+        "Castling wrong (%)",
+        "En passant wrong (%)",
+        "Halfmove wrong (%)",
+        "Fullmove wrong (%)",
+    ]);
+    columns.push(Column::left("Events most over-represented"));
+    let title = format!(
+        "First errors on {split}: at each game's first wrong state, which fields are wrong and \
+         which rule events it falls on more often than steps of the same prefix bins do"
+    );
+    let mut table = per_run_table("first_error", title, split, runs, columns, |s| {
+        let first = &s.events.first_errors;
+        let group = |name: &str| {
+            first
+                .groups_wrong
+                .iter()
+                .find(|g| g.name == name)
+                .map_or_else(Cell::missing, |g| pct(&g.rate))
+        };
+        vec![
+            count(first.n),
+            group("placement"),
+            group("side"),
+            group("castling"),
+            group("en_passant"),
+            group("halfmove"),
+            group("fullmove"),
+            over_represented(first),
+        ]
+    });
+    table.notes.push(format!(
+        "A game's first error is its first step whose predicted state is not exact. A field is \
+         wrong when any of its labels is; several can be wrong at once. Events: the (at most \
+         {TOP_FIRST_ERROR_EVENTS}) tags with a first-error lift above 1 and at least 30 first \
+         errors, largest lift first, as `tag lift`; the lift is the tag's share of first errors \
+         over its share of all steps in the same prefix bins. The events table gives every \
+         tag's share and lift with intervals."
+    ));
+    table
+}
+
+/// The tags with the largest first-error lift above 1 that rest on enough first errors.
+fn over_represented(first: &FirstErrors) -> Cell {
+    let mut lifted: Vec<(&str, f64)> = first
+        .tags
+        .iter()
+        .filter(|t| !t.lift.low_n)
+        .filter_map(|t| t.lift.value.map(|v| (t.tag.as_str(), v)))
+        .filter(|(_, v)| *v > 1.0)
+        .collect();
+    lifted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    lifted.truncate(TOP_FIRST_ERROR_EVENTS);
+    if lifted.is_empty() {
+        return Cell::missing();
+    }
+    let text: Vec<String> = lifted.iter().map(|(t, v)| format!("{t} {v:.2}")).collect();
+    let raw: Vec<String> = lifted.iter().map(|(t, v)| format!("{t} {v}")).collect();
+    Cell::with_raw(text.join(", "), raw.join("; "))
+}
+
 /// E7: coverage of the test steps by the training split, and ExactState seen vs novel.
 fn novelty(split: &str, runs: &[&DiagnoseResult]) -> Table {
     let columns = right(&[
@@ -481,4 +552,192 @@ fn stratum_exact(
     }
     let v = exact as f64 / n as f64;
     Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use cwm_models::{Family, Size};
+
+    use super::*;
+    use crate::inputs::Origin;
+
+    /// A real diagnose summary: the default pipeline's transformer on its random test games.
+    const SUMMARY: &str = include_str!("../../testdata/diagnose_summary.json");
+
+    fn result(family: Family, split: &str, evaluate_hash: &str) -> DiagnoseResult {
+        let mut summary: DiagnoseSummary = serde_json::from_str(SUMMARY).unwrap();
+        summary.split = split.to_owned();
+        summary.evaluate_hash = Some(evaluate_hash.to_owned());
+        DiagnoseResult {
+            origin: Origin {
+                instance: format!("diagnose[{}]", family.name()),
+                kind: "diagnose".into(),
+                hash: format!("d-{evaluate_hash}"),
+            },
+            family,
+            size: Size::D128,
+            summary,
+        }
+    }
+
+    fn inputs(results: Vec<DiagnoseResult>) -> Inputs {
+        Inputs {
+            diagnose: results,
+            ..Inputs::default()
+        }
+    }
+
+    fn column(table: &Table, header: &str) -> usize {
+        table
+            .columns
+            .iter()
+            .position(|c| c.header == header)
+            .unwrap_or_else(|| panic!("no column {header:?} in {}", table.id))
+    }
+
+    #[test]
+    fn every_split_gets_each_table_with_a_row_per_model_in_paper_order() {
+        let inputs = inputs(vec![
+            result(Family::Slice, "test_random", "e1"),
+            result(Family::Transformer, "test_random", "e2"),
+            result(Family::Transformer, "test_real", "e3"),
+        ]);
+        let tables = beyond_tables(&inputs);
+        let ids: Vec<&str> = tables.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "beyond_validity_test_real",
+                "beyond_fields_test_real",
+                "beyond_affordance_test_real",
+                "beyond_events_test_real",
+                "beyond_first_error_test_real",
+                "beyond_novelty_test_real",
+                "beyond_validity_test_random",
+                "beyond_fields_test_random",
+                "beyond_affordance_test_random",
+                "beyond_events_test_random",
+                "beyond_first_error_test_random",
+                "beyond_novelty_test_random",
+            ]
+        );
+        for table in &tables {
+            for row in &table.rows {
+                assert_eq!(row.len(), table.columns.len(), "{}", table.id);
+            }
+        }
+        let validity = &tables[6];
+        let models: Vec<&str> = validity.rows.iter().map(|r| r[0].text.as_str()).collect();
+        assert_eq!(models, ["Transformer d128/l1", "SLiCE d128/l1"]);
+        let tags = inputs.diagnose[0].summary.events.tags.len();
+        assert_eq!(
+            tables[9].rows.len(),
+            2 * tags,
+            "one events row per model and tag"
+        );
+    }
+
+    #[test]
+    fn rates_print_as_written_and_low_n_as_a_dash() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        let tables = beyond_tables(&inputs(vec![run.clone()]));
+        let validity = &tables[0];
+        let v1 = column(validity, "Valid position (%)");
+        let tier = run.summary.validity.tiers[1].value.unwrap();
+        assert_eq!(validity.rows[0][v1].text, format!("{:.2}", tier * 100.0));
+        assert_eq!(validity.rows[0][v1].raw, Some(format!("{}", tier * 100.0)));
+
+        run.summary.validity.tiers[1].low_n = true;
+        run.summary.validity.tiers[2].value = None;
+        let tables = beyond_tables(&inputs(vec![run]));
+        let row = &tables[0].rows[0];
+        assert_eq!(row[v1].text, "–");
+        assert_eq!(row[v1].raw.as_deref(), Some(""));
+        assert_eq!(row[column(&tables[0], "Counter-consistent (%)")].text, "–");
+    }
+
+    #[test]
+    fn the_novelty_table_needs_a_run_with_novelty_metrics() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        run.summary.novelty = None;
+        let tables = beyond_tables(&inputs(vec![run]));
+        assert!(tables.iter().all(|t| !t.id.starts_with("beyond_novelty")));
+        assert_eq!(tables.len(), 5);
+        assert!(beyond_tables(&Inputs::default()).is_empty());
+    }
+
+    #[test]
+    fn diagnoses_of_dropped_floors_are_left_out() {
+        let mut inputs = inputs(vec![
+            result(Family::Transformer, "test_real", "kept"),
+            result(Family::Slice, "test_real", "dropped"),
+        ]);
+        keep_chosen_floor_diagnoses(&mut inputs, &BTreeSet::from(["dropped".to_owned()]));
+        let runs = beyond_runs(&inputs);
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].1.len(), 1);
+        assert_eq!(runs[0].1[0].family, Family::Transformer);
+    }
+
+    #[test]
+    fn invariant_violations_are_summed_on_their_scale() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        for (i, inv) in run.summary.dynamics.invariants.iter_mut().enumerate() {
+            inv.violations.num = i as f64;
+            inv.violations.n = 2000;
+            inv.violations.scale = 1000;
+            inv.violations.value = Some(i as f64 / 2.0);
+            inv.violations.low_n = false;
+        }
+        let sum: f64 = (0..run.summary.dynamics.invariants.len())
+            .map(|i| i as f64)
+            .sum();
+        let cell = invariant_total(&run.summary);
+        assert_eq!(cell.raw, Some(format!("{}", sum * 1000.0 / 2000.0)));
+    }
+
+    fn lifted(first: &mut FirstErrors, tag: &str, value: Option<f64>, low_n: bool) {
+        let t = first.tags.iter_mut().find(|t| t.tag == tag).unwrap();
+        t.lift.value = value;
+        t.lift.low_n = low_n;
+    }
+
+    #[test]
+    fn first_errors_name_the_largest_lifts_above_one() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        let first = &mut run.summary.events.first_errors;
+        for t in &mut first.tags {
+            t.lift.value = Some(0.5);
+            t.lift.low_n = false;
+        }
+        assert_eq!(over_represented(first).text, "–", "no lift above 1");
+        lifted(first, "capture", Some(1.5), false);
+        lifted(first, "check", Some(3.0), false);
+        lifted(first, "promo_q", Some(9.0), true);
+        lifted(first, "double_push", Some(2.0), false);
+        lifted(first, "halfmove_reset", Some(1.2), false);
+        lifted(first, "mate", None, false);
+        assert_eq!(
+            over_represented(first).text,
+            "check 3.00, double_push 2.00, capture 1.50"
+        );
+        let first = first.clone();
+        let tables = beyond_tables(&inputs(vec![run]));
+        let table = tables
+            .iter()
+            .find(|t| t.id == "beyond_first_error_test_random")
+            .unwrap();
+        let row = &table.rows[0];
+        assert_eq!(row[1].text, crate::format::count(first.n));
+        let placement = &first.groups_wrong[0].rate;
+        assert_eq!(
+            row[2].raw,
+            Some(format!("{}", placement.value.unwrap() * 100.0))
+        );
+        assert!(
+            !table.csv().contains("check 3.00"),
+            "the CSV keeps full precision"
+        );
+        assert!(table.csv().contains("check 3; double_push 2; capture 1.5"));
+    }
 }
