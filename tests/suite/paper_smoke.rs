@@ -209,7 +209,15 @@ fn check_report_tables(report: &Path) {
 /// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
 fn check_beyond_tables(report: &Path) {
     for split in ["test_real", "test_random"] {
-        for kind in ["validity", "fields", "affordance", "events", "novelty"] {
+        for kind in [
+            "validity",
+            "fields",
+            "affordance",
+            "events",
+            "first_error",
+            "memory",
+            "novelty",
+        ] {
             let csv = report.join(format!("beyond_{kind}_{split}.csv"));
             assert!(csv.is_file(), "{} is missing", csv.display());
         }

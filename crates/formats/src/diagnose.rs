@@ -449,6 +449,16 @@ pub struct Events {
     /// Square accuracy by staleness (plies since the square's true label last changed):
     /// `0`, `1-9`, `10-49`, `50-99`, `100-199`, `>=200`.
     pub staleness: Vec<NamedRate>,
+    /// Castling-label accuracy by plies since the right was lost (the steps after a true
+    /// right went from 1 to 0, with the four rights pooled), in the staleness bins; empty in
+    /// summaries written before it existed.
+    #[serde(default)]
+    pub castling_since_lost: Vec<NamedRate>,
+    /// Identity accuracy of promoted pieces (the square label right at every step where a
+    /// piece that arrived by promotion stands, the promotion step included), by the piece:
+    /// `queen`, `rook`, `bishop`, `knight`; empty in summaries written before it existed.
+    #[serde(default)]
+    pub promoted_identity: Vec<NamedRate>,
 }
 
 /// E12: probability mass.
@@ -645,6 +655,8 @@ mod tests {
                 groups_wrong: vec![named("placement")],
             },
             staleness: vec![named("0")],
+            castling_since_lost: vec![named("1-9")],
+            promoted_identity: vec![named("knight")],
         }
     }
 
@@ -720,5 +732,17 @@ mod tests {
         assert_eq!(rate.scale, 1);
         assert_eq!(rate.interval, Interval::None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_summary_without_the_memory_measures_reads_them_as_empty() {
+        let mut value = serde_json::to_value(summary()).unwrap();
+        let events = value["events"].as_object_mut().unwrap();
+        assert!(events.remove("castling_since_lost").is_some());
+        assert!(events.remove("promoted_identity").is_some());
+        let read: DiagnoseSummary = serde_json::from_value(value).unwrap();
+        assert!(read.events.castling_since_lost.is_empty());
+        assert!(read.events.promoted_identity.is_empty());
+        assert_eq!(read.events.staleness, summary().events.staleness);
     }
 }

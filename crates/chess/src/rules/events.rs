@@ -287,6 +287,15 @@ impl StepTags {
             set.union(self.extra[single.0.trailing_zeros() as usize])
         })
     }
+
+    /// `R(tag)` alone, without the footprint (for a set of tags, the union over them); for
+    /// [`EventTags::PROMOTED_PIECE_PRESENT`], the squares of `S_t` holding a piece that arrived
+    /// by promotion.
+    pub fn extra(&self, tag: EventTags) -> LabelSet {
+        tag.iter().fold(LabelSet::EMPTY, |set, single| {
+            set.union(self.extra[single.0.trailing_zeros() as usize])
+        })
+    }
 }
 
 /// Why tagging a game stopped.

@@ -11,14 +11,15 @@
 //! first-error lift (that share over the tag's rate among all steps of the first errors'
 //! prefix bins, bootstrapped over games) and which of E2's fields are wrong there.
 //!
-//! Staleness: a square's staleness is the number of plies since its true label last changed
-//! (0 at t = 0); square accuracy by staleness bin.
+//! The long-range memory measures (staleness, lost castling rights, promoted pieces) are
+//! counted by [`super::memory`] and summarised here with the rest of E5.
 
 use cwm_chess::encode::StateLabels;
 use cwm_chess::rules::{EventTags, StepTags};
 use cwm_formats::diagnose::{Events, FirstErrorTag, FirstErrors, NamedRate, TagStats};
 
 use super::fields::FIELD_NAMES;
+use super::memory;
 use super::slots;
 use crate::stats::{BinCounts, Estimates, Tally, ply_matched_lift, ratio, wilson_rate};
 
@@ -34,16 +35,7 @@ const TAG_RELEVANT: usize = 2;
 const TAG_AFTER_N: usize = 3;
 const TAG_AFTER_EXACT: usize = TAG_AFTER_N + AFTERSHOCK;
 const PER_TAG: usize = TAG_AFTER_EXACT + AFTERSHOCK;
-const STALENESS: usize = N_TAGS * PER_TAG;
-const STALENESS_BINS: [(&str, u32); 6] = [
-    ("0", 0),
-    ("1-9", 1),
-    ("10-49", 10),
-    ("50-99", 50),
-    ("100-199", 100),
-    (">=200", 200),
-];
-const FIRST_ERRORS: usize = STALENESS + 2 * STALENESS_BINS.len();
+const FIRST_ERRORS: usize = N_TAGS * PER_TAG;
 const FIRST_ERROR_TAGGED: usize = FIRST_ERRORS + 1;
 /// Slots E5 uses.
 pub const SLOTS: usize = FIRST_ERROR_TAGGED + N_TAGS;
@@ -111,55 +103,6 @@ pub fn record_first_error(tags: u32, bin: usize, tally: &mut Tally) {
     tally.add(slots::bin(bin, slots::BIN_FIRST_ERRORS), 1.0);
     for e in 0..N_TAGS {
         tally.count(slot(FIRST_ERROR_TAGGED + e), tags & (1 << e) != 0);
-    }
-}
-
-/// The plies since each square's true label last changed, game by game.
-#[derive(Debug, Clone)]
-pub struct Staleness {
-    last_change: [u32; 64],
-    counts: [[u32; 2]; STALENESS_BINS.len()],
-}
-
-impl Default for Staleness {
-    fn default() -> Staleness {
-        Staleness {
-            last_change: [0; 64],
-            counts: [[0; 2]; STALENESS_BINS.len()],
-        }
-    }
-}
-
-impl Staleness {
-    /// Records step `t` (called for t = 0, 1, … in order): `previous` is the true state at
-    /// t − 1 (ignored at t = 0).
-    pub fn step(
-        &mut self,
-        t: u32,
-        previous: &StateLabels,
-        target: &StateLabels,
-        pred: &StateLabels,
-    ) {
-        for i in 0..64 {
-            if t > 0 && previous[i] != target[i] {
-                self.last_change[i] = t;
-            }
-            let stale = t - self.last_change[i].min(t);
-            let bin = STALENESS_BINS
-                .iter()
-                .rposition(|&(_, start)| stale >= start)
-                .unwrap_or(0);
-            self.counts[bin][0] += 1;
-            self.counts[bin][1] += u32::from(pred[i] == target[i]);
-        }
-    }
-
-    /// Adds the game's counts to `tally`.
-    pub fn finish(&self, tally: &mut Tally) {
-        for (b, [n, right]) in self.counts.iter().enumerate() {
-            tally.add(slot(STALENESS + 2 * b), f64::from(*n));
-            tally.add(slot(STALENESS + 2 * b + 1), f64::from(*right));
-        }
     }
 }
 
@@ -245,6 +188,7 @@ pub fn summarise(
     long_game_ply: Option<u32>,
     first_error_fields: &FirstErrorFields,
 ) -> Events {
+    let memory = memory::summarise(estimates);
     let first_errors = estimates.total(slot(FIRST_ERRORS)).round() as u64;
     Events {
         long_game_ply,
@@ -277,45 +221,19 @@ pub fn summarise(
                 })
                 .collect(),
         },
-        staleness: STALENESS_BINS
-            .iter()
-            .enumerate()
-            .map(|(b, &(name, _))| NamedRate {
-                name: name.to_owned(),
-                rate: estimates.rate(slot(STALENESS + 2 * b + 1), slot(STALENESS + 2 * b)),
-            })
-            .collect(),
+        staleness: memory.staleness,
+        castling_since_lost: memory.castling_since_lost,
+        promoted_identity: memory.promoted_identity,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use cwm_chess::encode::{EpConvention, INITIAL_STATE, START};
+    use cwm_chess::encode::{EpConvention, START};
     use cwm_chess::rules::GameTagger;
 
     use super::*;
     use crate::stats::Bootstrap;
-
-    #[test]
-    fn staleness_counts_plies_since_the_true_label_changed() {
-        let mut staleness = Staleness::default();
-        let mut after = INITIAL_STATE;
-        after[52] = 0; // e2 empties
-        after[36] = 1; // e4 fills
-        staleness.step(0, &INITIAL_STATE, &INITIAL_STATE, &INITIAL_STATE);
-        staleness.step(1, &INITIAL_STATE, &after, &INITIAL_STATE);
-        for t in 2..=12 {
-            staleness.step(t, &after, &after, &after);
-        }
-        // t = 0 and t = 1: all 64 squares at staleness 0 or changed at 1 (e2, e4): bin 0 holds
-        // 64 + 2 + 2 (t = 2: e2 and e4 have staleness 1 → bin 1, not 0).
-        assert_eq!(staleness.counts[0][0], 64 + 2);
-        assert_eq!(staleness.counts[0][1], 64, "e2 and e4 wrong at t = 1");
-        assert_eq!(staleness.counts.iter().map(|c| c[0]).sum::<u32>(), 64 * 13);
-        // At t = 10..=12 the unchanged squares are 10..12 plies stale.
-        // e2 and e4 join them at t = 11 and 12.
-        assert_eq!(staleness.counts[2][0], 62 * 3 + 2 * 2);
-    }
 
     #[test]
     fn tags_relevance_and_aftershocks() {

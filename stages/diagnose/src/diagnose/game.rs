@@ -8,15 +8,16 @@
 //! is legal in it.
 
 use cwm_chess::encode::{EpConvention, INITIAL_STATE, StateLabels};
-use cwm_chess::rules::{GameTagger, StepTags, playable};
+use cwm_chess::rules::{EventTags, GameTagger, LabelSet, StepTags, playable};
 use cwm_formats::diagnose::SkippedGame;
 use shakmaty::Chess;
 
 use super::affordance::{self, MoveSets, Scratch};
 use super::dynamics::{self, DynamicsCounts};
-use super::events::{self, FirstErrorFields, Staleness};
+use super::events::{self, FirstErrorFields};
 use super::fields::{self, FieldCounts};
 use super::mass::{self, GameMass};
+use super::memory::Memory;
 use super::reader::GameRows;
 use super::slots;
 use super::steps::{GameSteps, StepRow};
@@ -135,7 +136,7 @@ struct Measuring<'a> {
     exact: Vec<bool>,
     tags: Vec<u32>,
     scratch: Scratch,
-    staleness: Staleness,
+    memory: Memory,
 }
 
 impl<'a> Measuring<'a> {
@@ -152,7 +153,7 @@ impl<'a> Measuring<'a> {
             exact: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
             scratch: Scratch::default(),
-            staleness: Staleness::default(),
+            memory: Memory::default(),
         }
     }
 
@@ -231,8 +232,14 @@ impl<'a> Measuring<'a> {
             events::record_step(step, tags, pred, exact, bin, tally);
             tag_bits = tags.bits();
         }
-        let previous = if t > 0 { rows.target(t - 1) } else { target };
-        self.staleness.step(t as u32, previous, target, pred);
+        let (previous, promoted) = match t.checked_sub(1) {
+            Some(before) => (
+                rows.target(before),
+                self.truth.steps[before].extra(EventTags::PROMOTED_PIECE_PRESENT),
+            ),
+            None => (target, LabelSet::EMPTY),
+        };
+        self.memory.step(t as u32, previous, target, pred, promoted);
         mass::measure(
             rows.log_p_true[t],
             rows.p_max(t),
@@ -284,7 +291,7 @@ impl<'a> Measuring<'a> {
                 result.first_error_fields.add(row.fields);
             }
         }
-        self.staleness.finish(&mut result.tally);
+        self.memory.finish(&mut result.tally);
         result.n_correct = n_correct;
         self.result
     }

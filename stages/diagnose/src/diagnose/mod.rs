@@ -27,6 +27,7 @@ mod events;
 pub mod fields;
 mod game;
 mod mass;
+mod memory;
 pub mod reader;
 mod slots;
 pub mod steps;

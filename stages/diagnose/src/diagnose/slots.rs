@@ -7,7 +7,7 @@
 //! them come [`STRIDE`] slots per prefix bin (as many bins as the longest game needs), for
 //! the rates by bin and the ply-matched lifts.
 
-use super::{affordance, dynamics, events, fields, mass, validity};
+use super::{affordance, dynamics, events, fields, mass, memory, validity};
 
 /// Steps (t = 0 included).
 pub const STEPS: usize = 0;
@@ -39,8 +39,10 @@ pub const DYNAMICS: usize = AFFORDANCE + affordance::SLOTS;
 pub const EVENTS: usize = DYNAMICS + dynamics::SLOTS;
 /// First slot of E12.
 pub const MASS: usize = EVENTS + events::SLOTS;
+/// First slot of E5's long-range memory measures.
+pub const MEMORY: usize = MASS + mass::SLOTS;
 /// Number of fixed slots; the per-bin slots follow.
-pub const FIXED: usize = MASS + mass::SLOTS;
+pub const FIXED: usize = MEMORY + memory::SLOTS;
 
 /// Per bin: steps.
 pub const BIN_STEPS: usize = 0;

@@ -20,7 +20,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Float32Type, Schema, UInt8Type, UInt32Type};
 use cwm_chess::encode::{EpConvention, STATE_LEN, StateLabels, write_uci};
 use cwm_chess::replay::{PgnGames, ReplayConfig, replay_game};
-use cwm_formats::diagnose::{DiagnoseSummary, Rate, STEPS_FILE, SUMMARY_FILE};
+use cwm_formats::diagnose::{DiagnoseSummary, NamedRate, Rate, STEPS_FILE, SUMMARY_FILE};
 use cwm_formats::evaluate::EvaluateSummary;
 use cwm_formats::predictions::{EP_CONVENTION_KEY, PREDICTIONS_FILE};
 use cwm_stage::{InputArtifact, ParamValue, Params, Progress, StageContext, StageKind, StageLog};
@@ -293,9 +293,17 @@ fn assert_perfect(summary: &DiagnoseSummary, games: &[Game]) {
             assert_eq!(tag.relevant_accuracy.value, Some(1.0), "{}", tag.tag);
         }
     }
-    for bin in &summary.events.staleness {
+    let memory = summary
+        .events
+        .staleness
+        .iter()
+        .chain(&summary.events.castling_since_lost)
+        .chain(&summary.events.promoted_identity);
+    for bin in memory {
         assert!(bin.rate.value.is_none_or(|v| v == 1.0), "{}", bin.name);
     }
+    assert_eq!(summary.events.castling_since_lost.len(), 6);
+    assert_eq!(summary.events.promoted_identity.len(), 4);
     assert_eq!(summary.mass.median_true_mass, Some(1.0));
     assert_eq!(summary.mass.auroc_min_p_max, None, "no errors to detect");
 }
@@ -339,6 +347,13 @@ fn diagnose_true_states_score_perfectly_under_both_conventions() {
         assert_eq!(summary.ep_convention, ep_name(ep));
         assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
         assert_perfect(&summary, &games);
+        let scored = |bins: &[NamedRate]| bins.iter().map(|b| b.rate.n).sum::<u64>();
+        let lost = scored(&summary.events.castling_since_lost);
+        let promoted = scored(&summary.events.promoted_identity);
+        assert!(
+            lost > 0 && promoted > 0,
+            "rights lost {lost}, promoted {promoted}"
+        );
         let tags: BTreeMap<&str, u64> = summary
             .events
             .tags

@@ -59,6 +59,9 @@ pub fn beyond_tables(inputs: &Inputs) -> Vec<Table> {
         tables.push(affordance(&split, &runs));
         tables.push(events(&split, &runs));
         tables.push(first_error(&split, &runs));
+        if runs.iter().any(|d| has_memory(&d.summary)) {
+            tables.push(memory(&split, &runs));
+        }
         if runs.iter().any(|d| d.summary.novelty.is_some()) {
             tables.push(novelty(&split, &runs));
         }
@@ -365,6 +368,7 @@ fn events(split: &str, runs: &[&DiagnoseResult]) -> Table {
         "Lift",
         "First-error share (%)",
         "First-error lift",
+        "Promoted piece later (%)",
     ]));
     let mut rows = Vec::new();
     for d in runs {
@@ -387,7 +391,9 @@ fn events(split: &str, runs: &[&DiagnoseResult]) -> Table {
              rate at tagged steps over the error rate at untagged steps of the same 20-ply bin, \
              weighted by the tagged steps' bins (1 = no harder than usual). First-error share: \
              of the games' first wrong steps, the share carrying the tag; its lift divides by \
-             the tag's base rate in the same bins."
+             the tag's base rate in the same bins. Promoted piece later: for the promotion \
+             tags, how often the square of a piece promoted to that piece is right at every step \
+             it stands there (the promotion step included)."
                 .to_owned(),
         ],
         sources: sources(runs.iter().map(|d| &d.origin)),
@@ -415,7 +421,85 @@ fn event_row(d: &DiagnoseResult, tag: &TagStats) -> Vec<Cell> {
         ratio_ci(&tag.lift),
         first.map_or_else(Cell::missing, |f| pct(&f.share)),
         first.map_or_else(Cell::missing, |f| ratio_ci(&f.lift)),
+        promoted_later(&d.summary, &tag.tag),
     ]
+}
+
+/// The identity accuracy of the pieces a promotion tag makes; `–` for the other tags.
+fn promoted_later(s: &DiagnoseSummary, tag: &str) -> Cell {
+    let piece = match tag {
+        "promo_q" => "queen",
+        "underpromo_r" => "rook",
+        "underpromo_b" => "bishop",
+        "underpromo_n" => "knight",
+        _ => return Cell::missing(),
+    };
+    s.events
+        .promoted_identity
+        .iter()
+        .find(|p| p.name == piece)
+        .map_or_else(Cell::missing, |p| pct(&p.rate))
+}
+
+/// Whether the summary has the long-range memory measures (older ones lack two of them).
+fn has_memory(s: &DiagnoseSummary) -> bool {
+    !s.events.staleness.is_empty() || !s.events.castling_since_lost.is_empty()
+}
+
+/// The bins of plies the memory table's columns show, as the summaries name them.
+const MEMORY_BINS: [&str; 6] = ["0", "1-9", "10-49", "50-99", "100-199", ">=200"];
+
+/// E5's long-range memory: per model, square accuracy by staleness and castling-label accuracy
+/// by plies since the right was lost.
+fn memory(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let mut columns = vec![Column::left("Model"), Column::left("Label")];
+    let headers: Vec<String> = MEMORY_BINS
+        .iter()
+        .map(|b| format!("{} plies (%)", b.replace(">=", "≥ ")))
+        .collect();
+    columns.extend(headers.iter().map(|h| Column::right(h.as_str())));
+    let mut rows = Vec::new();
+    for d in runs {
+        let kinds = [
+            (
+                "square, since its label changed",
+                &d.summary.events.staleness,
+            ),
+            (
+                "lost castling right, since lost",
+                &d.summary.events.castling_since_lost,
+            ),
+        ];
+        for (label, bins) in kinds {
+            let mut row = vec![model_cell(d), Cell::text(label)];
+            row.extend(MEMORY_BINS.iter().map(|name| {
+                bins.iter()
+                    .find(|b| b.name == *name)
+                    .map_or_else(Cell::missing, |b| pct(&b.rate))
+            }));
+            rows.push(row);
+        }
+    }
+    Table {
+        id: format!("beyond_memory_{}", file_safe(split)),
+        label: format!("Beyond: memory ({split})"),
+        title: format!(
+            "Long-range memory on {split}: label accuracy by how many plies ago the true label \
+             last changed"
+        ),
+        columns,
+        rows,
+        notes: vec![
+            DASH_NOTE.to_owned(),
+            "Square: each of the 64 square labels at every step, by the plies since its true \
+             label last changed (0 at the start). Lost castling right: each castling label \
+             after its right was lost (the four rights pooled), by the plies since the step \
+             that lost it; right means the model no longer grants the right. 95% intervals are \
+             in the diagnose summaries."
+                .to_owned(),
+        ],
+        sources: sources(runs.iter().map(|d| &d.origin)),
+    }
 }
 
 /// How many events the first-error table names per model.
@@ -612,12 +696,14 @@ mod tests {
                 "beyond_affordance_test_real",
                 "beyond_events_test_real",
                 "beyond_first_error_test_real",
+                "beyond_memory_test_real",
                 "beyond_novelty_test_real",
                 "beyond_validity_test_random",
                 "beyond_fields_test_random",
                 "beyond_affordance_test_random",
                 "beyond_events_test_random",
                 "beyond_first_error_test_random",
+                "beyond_memory_test_random",
                 "beyond_novelty_test_random",
             ]
         );
@@ -626,15 +712,16 @@ mod tests {
                 assert_eq!(row.len(), table.columns.len(), "{}", table.id);
             }
         }
-        let validity = &tables[6];
+        let validity = &tables[7];
         let models: Vec<&str> = validity.rows.iter().map(|r| r[0].text.as_str()).collect();
         assert_eq!(models, ["Transformer d128/l1", "SLiCE d128/l1"]);
         let tags = inputs.diagnose[0].summary.events.tags.len();
         assert_eq!(
-            tables[9].rows.len(),
+            tables[10].rows.len(),
             2 * tags,
             "one events row per model and tag"
         );
+        assert_eq!(tables[12].rows.len(), 2 * 2, "two memory rows per model");
     }
 
     #[test]
@@ -662,7 +749,7 @@ mod tests {
         run.summary.novelty = None;
         let tables = beyond_tables(&inputs(vec![run]));
         assert!(tables.iter().all(|t| !t.id.starts_with("beyond_novelty")));
-        assert_eq!(tables.len(), 5);
+        assert_eq!(tables.len(), 6);
         assert!(beyond_tables(&Inputs::default()).is_empty());
     }
 
@@ -739,5 +826,46 @@ mod tests {
             "the CSV keeps full precision"
         );
         assert!(table.csv().contains("check 3; double_push 2; capture 1.5"));
+    }
+
+    #[test]
+    fn memory_rows_read_the_bins_by_name_and_promotions_their_piece() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        let events = &mut run.summary.events;
+        events.castling_since_lost = events.staleness.clone();
+        events.castling_since_lost.reverse();
+        events.castling_since_lost[0].rate.value = Some(0.25);
+        events.castling_since_lost[0].rate.low_n = false;
+        events.promoted_identity = events.staleness[..4].to_vec();
+        events.promoted_identity[3].name = "knight".into();
+        events.promoted_identity[3].rate.value = Some(0.5);
+        events.promoted_identity[3].rate.low_n = false;
+        let tables = beyond_tables(&inputs(vec![run]));
+        let memory = tables
+            .iter()
+            .find(|t| t.id.starts_with("beyond_memory"))
+            .unwrap();
+        let castling = &memory.rows[1];
+        assert_eq!(castling[1].text, "lost castling right, since lost");
+        let last = column(memory, "≥ 200 plies (%)");
+        assert_eq!(castling[last].text, "25.00", "found by name, not position");
+        let events = tables
+            .iter()
+            .find(|t| t.id.starts_with("beyond_events"))
+            .unwrap();
+        let later = column(events, "Promoted piece later (%)");
+        let row = |tag: &str| events.rows.iter().find(|r| r[1].text == tag).unwrap();
+        assert_eq!(row("underpromo_n")[later].text, "50.00");
+        assert_eq!(row("underpromo_r")[later].text, "–", "no rook entry");
+        assert_eq!(row("capture")[later].text, "–");
+    }
+
+    #[test]
+    fn summaries_without_memory_measures_get_no_memory_table() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        run.summary.events.staleness.clear();
+        run.summary.events.castling_since_lost.clear();
+        let tables = beyond_tables(&inputs(vec![run]));
+        assert!(tables.iter().all(|t| !t.id.starts_with("beyond_memory")));
     }
 }
