@@ -205,7 +205,7 @@ fn check_report_tables(report: &Path) {
     super::report_page::check(report, &labels, figures);
 }
 
-/// The tables beyond the paper: on both test splits, one row per trained family (the chosen
+/// The tables and figures beyond the paper: on both test splits, one row per trained family (the chosen
 /// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
 fn check_beyond_tables(report: &Path) {
     for split in ["test_real", "test_random"] {
@@ -220,6 +220,12 @@ fn check_beyond_tables(report: &Path) {
         ] {
             let csv = report.join(format!("beyond_{kind}_{split}.csv"));
             assert!(csv.is_file(), "{} is missing", csv.display());
+        }
+        for kind in ["validity", "fields", "affordance", "memory", "novelty"] {
+            for ext in ["svg", "png"] {
+                let figure = report.join(format!("figure_beyond_{kind}_{split}.{ext}"));
+                assert!(figure.is_file(), "{} is missing", figure.display());
+            }
         }
         let validity =
             std::fs::read_to_string(report.join(format!("beyond_validity_{split}.csv"))).unwrap();

@@ -1,11 +1,12 @@
 //! The `report` stage kind: the paper's tables and figures from any set of artifacts.
 //!
 //! * **Input** `artifacts` (many, optional): any artifacts, typically whole matrices of
-//!   `tokenize`, `train`, `select`, `evaluate` and `bin_prefix` instances. Each is recognised
+//!   `tokenize`, `train`, `select`, `evaluate`, `bin_prefix` and `diagnose` instances. Each is recognised
 //!   by its producer's kind (or the `"kind"` of its `summary.json`); others are listed and
 //!   ignored. See `README.md` for which table reads which artifact.
-//! * **Params**: `title`, `figures` (draw Figures 3 and 4 and the training curves), `param_counts` (Table 4, counted
-//!   on instantiated models; needs no artifact).
+//! * **Params**: `title`, `figures` (draw Figures 3 and 4, the training curves and the
+//!   figures beyond the paper), `param_counts` (Table 4, counted on instantiated models; needs
+//!   no artifact).
 //! * **Output** `out`: `index.md` (links to everything, and the inputs with their hashes),
 //!   every table as `<id>.md`, `<id>.tex`, `<id>.csv` and `<id>.sources.csv`, every figure as
 //!   `<id>.svg` and `<id>.png`. A table whose inputs are absent is not written; `index.md`
@@ -314,6 +315,7 @@ pub fn build_report(
         let mut planned = figures::paper::figure3(&sets);
         planned.extend(figures::paper::figure4(&sets));
         planned.extend(figures::curves::training(&inputs));
+        planned.extend(figures::beyond::beyond(&inputs));
         for plan in planned {
             check()?;
             figures::render(&plan.figure, out, &plan.id)?;

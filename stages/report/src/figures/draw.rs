@@ -1,5 +1,5 @@
 //! Drawing a [`Figure`] with plotters: the heading, the legend under it, then the grid of
-//! panels. plotters draws each panel's axes, grid and bands; lines, arrows and markers are
+//! panels. plotters draws each panel's axes, grid and bands; bars, lines, arrows and markers are
 //! drawn in pixels on the whole figure, at the positions the panel's axes give them, clipped
 //! to the axes by [`Axis`](super::Axis) rules.
 
@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::short_number;
-use super::{Axis, Figure, FigureError, LegendEntry, Mark, Panel, Place, Shape, Symbol};
+use super::{Axis, Bar, Figure, FigureError, LegendEntry, Mark, Panel, Place, Shape, Symbol};
 
 /// The font the figures use, embedded in the binary.
 const FONT: &[u8] = include_bytes!("../font/DejaVuSans.ttf");
@@ -283,7 +283,7 @@ where
 }
 
 /// One panel: plotters draws the caption, bands, grid, axes and tick labels on `area`; the
-/// lines, arrows and markers are drawn on `root` at the pixels the chart maps them to.
+/// bars, lines, arrows and markers are drawn on `root` at the pixels the chart maps them to.
 fn draw_panel<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     area: &DrawingArea<DB, Shift>,
@@ -324,6 +324,9 @@ where
         .draw()
         .map_err(draw_err)?;
     let to_px = |x: f64, y: f64| chart.backend_coord(&(x, y));
+    for bar in &panel.bars {
+        draw_bar(root, panel, bar, &to_px)?;
+    }
     for line in &panel.lines {
         let mut segment: Vec<(i32, i32)> = Vec::new();
         let coords = line
@@ -352,6 +355,34 @@ where
         draw_mark(root, panel, mark, &to_px, plot_x.end)?;
     }
     Ok(())
+}
+
+/// A bar, its ends clipped to the axes; nothing where an end is NaN or it is less than a
+/// pixel high or wide.
+fn draw_bar<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    bar: &Bar,
+    to_px: &dyn Fn(f64, f64) -> (i32, i32),
+) -> Result<(), FigureError>
+where
+    DB::ErrorType: 'static,
+{
+    let ends = (
+        panel.x.clamped(bar.x.0),
+        panel.x.clamped(bar.x.1),
+        panel.y.clamped(bar.y.0),
+        panel.y.clamped(bar.y.1),
+    );
+    let (Some(x0), Some(x1), Some(y0), Some(y1)) = ends else {
+        return Ok(());
+    };
+    let (a, b) = (to_px(x0, y0), to_px(x1, y1));
+    if a.0 == b.0 || a.1 == b.1 {
+        return Ok(());
+    }
+    root.draw(&Rectangle::new([a, b], bar.color.filled()))
+        .map_err(draw_err)
 }
 
 /// How far inside the plot a marker off the axis is drawn (and the arrows to it start).

@@ -5,13 +5,18 @@
 //! * Figure 4 ([`paper::figure4`]): each ablation (open marker) against its expressive variant
 //!   (filled) per size group, an arrow from one to the other.
 //! * Training curves ([`curves::training`]): validation loss and ExactState against step.
+//! * Beyond the paper ([`beyond::beyond`]): per test split, the figures beside the
+//!   `beyond_*` tables (validity flags and V1 by prefix bin, counter accuracy by true value,
+//!   legal-move IoU and ExactState by prefix bin with error-run lengths, square accuracy by
+//!   staleness, ExactState by novelty).
 //!
 //! A figure is first described as data ([`Figure`]: a grid of [`Panel`]s with their axes,
-//! lines, marks and arrows), which the tests inspect, then drawn by [`render`]. Text is real
+//! bars, lines, marks and arrows), which the tests inspect, then drawn by [`render`]. Text is real
 //! `<text>` in the SVG; the PNG rasterises it with the bundled DejaVu Sans (`src/font/`,
 //! Bitstream Vera licence), so no system font is needed.
 
 pub mod axis;
+pub mod beyond;
 pub mod curves;
 mod draw;
 pub mod paper;
@@ -83,6 +88,18 @@ pub struct Line {
     pub dashed: bool,
 }
 
+/// A filled rectangle in data units (a bar, or one segment of a stacked bar), clipped to the
+/// axes; not drawn where an end is NaN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bar {
+    /// Left and right ends (x, data units).
+    pub x: (f64, f64),
+    /// Bottom and top (y, data units).
+    pub y: (f64, f64),
+    /// Fill colour.
+    pub color: RGBColor,
+}
+
 /// An arrow between two data points, stopping at the target's marker.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Arrow {
@@ -103,6 +120,8 @@ pub struct Panel {
     pub y: Axis,
     /// Shaded x ranges (data units), drawn under everything.
     pub bands: Vec<(f64, f64)>,
+    /// Bars, drawn over the bands and the grid, under the lines.
+    pub bars: Vec<Bar>,
     /// Lines.
     pub lines: Vec<Line>,
     /// Arrows, drawn over the lines.
@@ -119,6 +138,7 @@ impl Panel {
             x,
             y,
             bands: Vec::new(),
+            bars: Vec::new(),
             lines: Vec::new(),
             arrows: Vec::new(),
             marks: Vec::new(),

@@ -645,7 +645,7 @@ mod tests {
     use super::*;
     use crate::inputs::Origin;
 
-    /// A real diagnose summary: the default pipeline's transformer on its random test games.
+    /// A real diagnose summary: the default pipeline's SLiCE on its real test games.
     const SUMMARY: &str = include_str!("../../testdata/diagnose_summary.json");
 
     fn result(family: Family, split: &str, evaluate_hash: &str) -> DiagnoseResult {
