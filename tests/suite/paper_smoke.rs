@@ -164,6 +164,8 @@ fn check_report_tables(report: &Path) {
         "Beyond: affordance (test_random)",
         "Beyond: events (test_real)",
         "Beyond: novelty (test_random)",
+        "Beyond: first_error (test_real)",
+        "Beyond: memory (test_random)",
         "Table 1",
         "Table 2",
         "Table 3",
