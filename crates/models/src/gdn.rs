@@ -23,6 +23,7 @@ use burn::tensor::activation::{sigmoid, silu, softplus};
 use crate::config::{Family, ModelConfig, Scan};
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
+use crate::hidden::Tap;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
 
@@ -202,12 +203,20 @@ impl GatedDeltaNet {
 }
 
 impl StateModel for GatedDeltaNet {
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        let mut x = self.backbone.embeddings.forward(moves); // [batch, seq, d]
-        for layer in &self.backbone.layers {
-            x = layer.forward(x);
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
+        let x = self.backbone.embeddings.forward(moves); // [batch, seq, d]
+        let mut x = tap.at(0, x);
+        for (i, layer) in self.backbone.layers.iter().enumerate() {
+            x = tap.at(i + 1, layer.forward(x));
         }
-        self.backbone.norm.forward(x)
+        tap.at(
+            self.backbone.layers.len() + 1,
+            self.backbone.norm.forward(x),
+        )
+    }
+
+    fn blocks(&self) -> usize {
+        self.backbone.layers.len()
     }
 
     fn head(&self) -> &Linear {

@@ -36,6 +36,7 @@ mod error;
 mod fused_loss;
 mod gdn;
 mod head;
+pub mod hidden;
 pub mod interop;
 mod loss;
 mod mamba;
@@ -55,6 +56,7 @@ pub use head::{
     HEAD_OUT, HeadLogits, LABEL_GROUPS, LabelGroup, N_LABELS, PAD_TOKEN, START_TOKEN,
     label_classes, split_head, torch_linear,
 };
+pub use hidden::{Tap, features_by_layer, features_with_edit, layer_name, logits_with_edit};
 pub use loss::{
     LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_with_kernel,
     step_cross_entropy, valid_mask,

@@ -35,6 +35,7 @@ use crate::config::{Family, ModelConfig, Scan};
 use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
+use crate::hidden::Tap;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init, scalar_decay_scan};
 
@@ -232,12 +233,17 @@ impl Mamba {
 }
 
 impl StateModel for Mamba {
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        let mut x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
-        for layer in &self.layers {
-            x = layer.forward(x);
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
+        let x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
+        let mut x = tap.at(0, x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = tap.at(i + 1, layer.forward(x));
         }
-        self.final_norm.forward(x)
+        tap.at(self.layers.len() + 1, self.final_norm.forward(x))
+    }
+
+    fn blocks(&self) -> usize {
+        self.layers.len()
     }
 
     fn head(&self) -> &Linear {

@@ -6,13 +6,14 @@
 //!    norm if it has one, and its output head ([`crate::output_head`]), with the field names
 //!    of the reference's state_dict where possible (they drive the safetensors export).
 //! 2. Give it `fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError>` and
-//!    implement [`StateModel`] (`features`: moves `[batch, seq]` → `[batch, seq, d]`, the
-//!    input of the head; `head`: the output head). Apply dropout exactly where spec D.3 says,
+//!    implement [`StateModel`] (`features_tapped`: moves `[batch, seq]` → `[batch, seq, d]`,
+//!    the input of the head, handing each layer's hidden state to the tap as
+//!    [`crate::hidden`] numbers them; `blocks`; `head`: the output head). Apply dropout exactly where spec D.3 says,
 //!    with a `burn::nn::Dropout` field passed to [`crate::dropout::dropout`], which is active
 //!    only on an autodiff device in training mode ([`burn::module::Module::valid`] turns it
 //!    off).
-//! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`, `features`,
-//!    `head`).
+//! 3. Add a variant to [`Model`] and one arm in each `match` below (`init`,
+//!    `features_tapped`, `blocks`, `head`).
 //! 4. Add it to [`Family::ALL`](crate::Family::ALL): the parameter-count test in
 //!    `tests/params.rs` then checks its four sizes against spec C.3, and the shape tests in
 //!    `tests/models.rs` cover it.
@@ -24,6 +25,7 @@ use crate::config::{Family, ModelConfig, Size};
 use crate::error::ModelError;
 use crate::gdn::GatedDeltaNet;
 use crate::head::{HeadLogits, split_head};
+use crate::hidden::Tap;
 use crate::mamba::Mamba;
 use crate::slice::Slice;
 use crate::transformer::Transformer;
@@ -32,12 +34,27 @@ use crate::transformer::Transformer;
 /// the shared output head on top of it.
 pub trait StateModel {
     /// The body's output at every step, the input of the output head (after the final norm,
-    /// for the families that have one).
+    /// for the families that have one): [`StateModel::features_tapped`] with nothing tapped.
     ///
     /// # Shapes
     /// - `moves`: `[batch, seq]` move ids in `0..20482` (`START` first, `PAD` after the end)
     /// - output: `[batch, seq, d]`
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3>;
+    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+        self.features_tapped(moves, &mut Tap::None)
+    }
+
+    /// The forward pass of the body, handing the hidden state at every layer (numbered as in
+    /// [`crate::hidden`]) to `tap` and going on with what it gives back; returns the head
+    /// input. The one forward pass of a family: [`StateModel::features`],
+    /// [`crate::features_by_layer`] and [`crate::features_with_edit`] all run it.
+    ///
+    /// # Shapes
+    /// - `moves`: `[batch, seq]`
+    /// - output: `[batch, seq, d]`
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3>;
+
+    /// The number of blocks L.
+    fn blocks(&self) -> usize;
 
     /// The output head, `Linear(d → 1878)`.
     fn head(&self) -> &Linear;
@@ -110,12 +127,21 @@ impl Model {
 }
 
 impl StateModel for Model {
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
         match self {
-            Model::Transformer(model) => model.features(moves),
-            Model::Slice(model) => model.features(moves),
-            Model::Gdn(model) => model.features(moves),
-            Model::Mamba(model) => model.features(moves),
+            Model::Transformer(model) => model.features_tapped(moves, tap),
+            Model::Slice(model) => model.features_tapped(moves, tap),
+            Model::Gdn(model) => model.features_tapped(moves, tap),
+            Model::Mamba(model) => model.features_tapped(moves, tap),
+        }
+    }
+
+    fn blocks(&self) -> usize {
+        match self {
+            Model::Transformer(model) => model.blocks(),
+            Model::Slice(model) => model.blocks(),
+            Model::Gdn(model) => model.blocks(),
+            Model::Mamba(model) => model.blocks(),
         }
     }
 

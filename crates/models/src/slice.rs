@@ -16,6 +16,7 @@ use crate::config::{ModelConfig, Scan};
 use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
+use crate::hidden::Tap;
 use crate::model::StateModel;
 
 /// Epsilon of the layers' RMSNorms.
@@ -111,12 +112,18 @@ impl Slice {
 }
 
 impl StateModel for Slice {
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        let mut x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
-        for layer in &self.layers {
-            x = layer.forward(x);
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
+        let x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
+        let mut x = tap.at(0, x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = tap.at(i + 1, layer.forward(x));
         }
-        x
+        // No final norm: the head input is the last block's output.
+        tap.at(self.layers.len() + 1, x)
+    }
+
+    fn blocks(&self) -> usize {
+        self.layers.len()
     }
 
     fn head(&self) -> &Linear {

@@ -14,6 +14,7 @@ use crate::error::ModelError;
 use crate::head::{
     EmbeddingInit, HeadInit, input_embedding, linear_columns, output_head, torch_linear,
 };
+use crate::hidden::Tap;
 use crate::model::StateModel;
 
 /// Epsilon of every RMSNorm in the Transformer.
@@ -121,20 +122,25 @@ impl Transformer {
 }
 
 impl StateModel for Transformer {
-    fn features(&self, moves: Tensor<2, Int>) -> Tensor<3> {
+    fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
         let [_, seq] = moves.dims();
         let device = moves.device();
-        let mut x = dropout(&self.dropout, self.tok_emb.forward(moves)); // [batch, seq, d]
+        let x = dropout(&self.dropout, self.tok_emb.forward(moves)); // [batch, seq, d]
+        let mut x = tap.at(0, x);
         let head_dim = self.blocks.first().map_or(2, |b| {
             let [_, d] = b.attn.out_proj.weight.dims();
             d / b.attn.n_heads
         });
         let (cos, sin) = rope_tables(self.rope, seq, head_dim, &device);
         let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device); // true above diagonal
-        for block in &self.blocks {
-            x = block.forward(x, &cos, &sin, &causal);
+        for (i, block) in self.blocks.iter().enumerate() {
+            x = tap.at(i + 1, block.forward(x, &cos, &sin, &causal));
         }
-        self.final_norm.forward(x)
+        tap.at(self.blocks.len() + 1, self.final_norm.forward(x))
+    }
+
+    fn blocks(&self) -> usize {
+        self.blocks.len()
     }
 
     fn head(&self) -> &Linear {

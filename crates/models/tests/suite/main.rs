@@ -5,6 +5,7 @@
 //! `cargo test --release -p cwm-models --test suite torch_parity::`.
 
 mod head_loss_metrics;
+mod hidden;
 mod models;
 mod params;
 mod recurrent;
