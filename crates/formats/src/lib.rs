@@ -15,7 +15,6 @@
 //! | [`predictions`] | `predictions.parquet` (column names, rows; schema with its writer) | evaluate | diagnose, `cwm query` |
 //! | [`novelty`] | `summary.json`, `novelty.parquet` rows | novelty (`cwm-stage-diagnose`) | diagnose, report |
 //! | [`diagnose`] | `summary.json` | diagnose (`cwm-stage-diagnose`) | report |
-//! | [`probe`] | `summary.json` (and `probes.parquet`) | probe (`cwm-stage-probe`) | report |
 //! | [`bins`] | `summary.json` (and `bins.parquet`) | bin_prefix (`cwm-stage-evaluate`) | report |
 //! | [`select`] | `selected.json` | select (`cwm-stage-evaluate`) | train, report |
 //!
@@ -35,7 +34,6 @@ pub mod fs;
 pub mod labels;
 pub mod novelty;
 pub mod predictions;
-pub mod probe;
 pub mod select;
 pub mod tokenize;
 pub mod train;
