@@ -13,6 +13,7 @@ pub fn builtin() -> Registry {
         Box::new(cwm_stage_data::SplitStage),
         Box::new(cwm_stage_data::TokenizeStage),
         Box::new(cwm_stage_data::RandomUniformStage),
+        Box::new(cwm_stage_data::RandomContinuationStage),
         Box::new(cwm_stage_train::TrainStage),
         Box::new(cwm_stage_evaluate::EvaluateStage),
         Box::new(cwm_stage_evaluate::BinPrefixStage),

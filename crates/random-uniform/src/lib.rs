@@ -9,6 +9,9 @@
 //! * [`special::SpecialGames`] plays the fast generator's games with a bias towards castling,
 //!   en-passant and promotion moves (beyond-spec E6's special-biased random play); bias 0 is
 //!   the fast generator itself.
+//! * [`continuation`] keeps a real game's first `k` plies and continues it with the fast
+//!   generator's random moves until the arbiter ends it (beyond-spec E6's real-prefix/random-
+//!   continuation split), the prefix's positions counting towards repetitions.
 //! * Positions, legal moves and move application come from shakmaty; move ids and state labels
 //!   from `cwm_chess::encode`. This crate never re-implements either.
 //! * A [`game::Game`] keeps packed moves, the outcome and the final position; states are
@@ -28,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod arbiter;
+pub mod continuation;
 pub mod fast_rng;
 pub mod game;
 pub mod generator;
@@ -38,6 +42,7 @@ pub mod special;
 pub mod termination;
 
 pub use arbiter::Arbiter;
+pub use continuation::{Continuation, ContinuationError, play_continuation};
 pub use game::Game;
 pub use generator::{FastGames, Games, Mode, ReferenceGames};
 pub use special::{SpecialBias, SpecialGames};

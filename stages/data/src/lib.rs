@@ -1,8 +1,10 @@
-//! The chess data stage kinds of cwm: `download`, `parse`, `split`, `tokenize` and
-//! `random_uniform`, and the library functions the one-shot CLI commands wrap.
+//! The chess data stage kinds of cwm: `download`, `parse`, `split`, `tokenize`,
+//! `random_uniform` and `random_continuation`, and the library functions the one-shot CLI
+//! commands wrap.
 //!
 //! * One module per stage kind, holding its params, inputs, outputs and code: `download`,
-//!   `parse`, [`split`], `tokenize`, `random_uniform`.
+//!   `parse`, [`split`], `tokenize`, `random_uniform`, `continuation` (`random_continuation`:
+//!   real games' first `k` plies continued with random moves, beyond-spec E6).
 //! * Games flow between stages as one Parquet table ([`games`]): id, source index, Site,
 //!   result, ratings, time control, termination, plies and the packed move ids (no `START`, no
 //!   player names, no states). `tokenize` recomputes the state labels from the moves and writes
@@ -31,6 +33,7 @@
 #![deny(missing_docs)]
 
 // `games`, `jsonl` and `split` stay public: other crates name items in them by path.
+mod continuation;
 mod download;
 mod error;
 pub mod games;
@@ -45,6 +48,10 @@ use std::path::PathBuf;
 
 use cwm_stage::{Progress, StageKind};
 
+pub use continuation::{
+    ContinuationOptions, ContinuationSummary, RandomContinuationStage, continuation_id,
+    continue_games,
+};
 pub use download::DownloadStage;
 pub use error::DataError;
 pub use jsonl::{export_jsonl, import_jsonl};
@@ -105,6 +112,7 @@ pub fn stage_kinds() -> Vec<Box<dyn StageKind>> {
         Box::new(SplitStage),
         Box::new(TokenizeStage),
         Box::new(RandomUniformStage),
+        Box::new(RandomContinuationStage),
     ]
 }
 
@@ -221,6 +229,22 @@ mod fingerprint_tests {
         assert!(!download.contains(&cwm_chess::games_fingerprint()));
         assert!(TokenizeStage.fingerprint().contains("src/parse.rs="));
         assert!(!SplitStage.fingerprint().contains("src/tokenize.rs="));
+        let continuation = RandomContinuationStage.fingerprint();
+        assert!(
+            continuation.contains("src/continuation.rs="),
+            "{continuation}"
+        );
+        assert!(!continuation.contains("src/tokenize.rs="), "{continuation}");
+        assert!(
+            !continuation.contains("src/random_uniform.rs="),
+            "{continuation}"
+        );
+        assert!(continuation.contains(cwm_random_uniform::SOURCE_FINGERPRINT));
+        assert!(
+            !RandomUniformStage
+                .fingerprint()
+                .contains("src/continuation.rs=")
+        );
         for kind in stage_kinds() {
             assert!(!kind.fingerprint().contains("=missing"), "{}", kind.name());
         }
