@@ -15,6 +15,7 @@
 //! | [`predictions`] | `predictions.parquet` (column names, rows; schema with its writer) | evaluate | diagnose, `cwm query` |
 //! | [`novelty`] | `summary.json`, `novelty.parquet` rows | novelty (`cwm-stage-diagnose`) | diagnose, report |
 //! | [`diagnose`] | `summary.json` | diagnose (`cwm-stage-diagnose`) | report |
+//! | [`probe`] | `summary.json`, `probes.json` + `probes.bin` | probe (`cwm-stage-probe`) | report; editing (weights) |
 //! | [`bins`] | `summary.json` (and `bins.parquet`) | bin_prefix (`cwm-stage-evaluate`) | report |
 //! | [`select`] | `selected.json` | select (`cwm-stage-evaluate`) | train, report |
 //!
@@ -34,6 +35,7 @@ pub mod fs;
 pub mod labels;
 pub mod novelty;
 pub mod predictions;
+pub mod probe;
 pub mod select;
 pub mod tokenize;
 pub mod train;
