@@ -130,6 +130,16 @@ pub fn save_model(dir: &Path, model: &Model, config: &ModelConfig) -> Result<(),
         .map_err(|e| checkpoint_error(&config_path, e.to_string()))
 }
 
+/// The checkpoint directory of `path`: `path` itself when it holds [`CONFIG_FILE`], else its
+/// `checkpoint/` subdirectory (a `train` artifact) when that does; `None` otherwise.
+pub fn find_checkpoint(path: &Path) -> Option<std::path::PathBuf> {
+    if path.join(CONFIG_FILE).is_file() {
+        return Some(path.to_path_buf());
+    }
+    let nested = path.join("checkpoint");
+    nested.join(CONFIG_FILE).is_file().then_some(nested)
+}
+
 /// Reads the configuration of the checkpoint in `dir`.
 ///
 /// # Errors

@@ -103,17 +103,12 @@ impl Default for EvaluateOptions {
 /// # Errors
 /// [`EvalError::Format`] when neither holds `model.json`.
 pub fn checkpoint_dir(path: &Path) -> Result<PathBuf, EvalError> {
-    if path.join(CONFIG_FILE).is_file() {
-        return Ok(path.to_path_buf());
-    }
-    let nested = path.join("checkpoint");
-    if nested.join(CONFIG_FILE).is_file() {
-        return Ok(nested);
-    }
-    Err(EvalError::format(
-        path,
-        format!("holds no checkpoint: neither {CONFIG_FILE} nor checkpoint/{CONFIG_FILE}"),
-    ))
+    cwm_models::checkpoint::find_checkpoint(path).ok_or_else(|| {
+        EvalError::format(
+            path,
+            format!("holds no checkpoint: neither {CONFIG_FILE} nor checkpoint/{CONFIG_FILE}"),
+        )
+    })
 }
 
 /// Evaluation games, from `tokenize` shards or from reference JSONL shards (spec E.6).
