@@ -20,6 +20,7 @@ pub fn builtin() -> Registry {
         Box::new(cwm_stage_evaluate::SelectStage),
     ];
     kinds.extend(cwm_stage_diagnose::stage_kinds());
+    kinds.extend(cwm_stage_probe::stage_kinds());
     kinds.push(Box::new(cwm_stage_report::ReportStage));
     Registry::from_kinds(kinds)
 }

@@ -1,0 +1,3 @@
+fn main() {
+    cwm_fingerprint::emit();
+}

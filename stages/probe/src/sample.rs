@@ -1,0 +1,162 @@
+//! Which steps of a game the probes read, and which games form the validation slice.
+//!
+//! Both depend only on the seed and the game's id, never on the order games arrive in or on
+//! the batch size, so the same params always read the same steps.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+/// One game in this many goes to the validation slice of a fitting set.
+pub const VAL_ONE_IN: u64 = 10;
+
+/// How steps are drawn from each game.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    /// `k` distinct steps drawn uniformly from all of the game's steps (cwm's default: early
+    /// and late plies are both probed).
+    Uniform,
+    /// The game's last `k` steps (the probing paper's choice).
+    Last,
+}
+
+impl Sampling {
+    /// The param values, in [`Sampling`] order.
+    pub const NAMES: &'static [&'static str] = &["uniform", "last"];
+
+    /// The sampling named `name` ([`Sampling::NAMES`]).
+    pub fn parse(name: &str) -> Option<Sampling> {
+        match name {
+            "uniform" => Some(Sampling::Uniform),
+            "last" => Some(Sampling::Last),
+            _ => None,
+        }
+    }
+
+    /// Its param value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sampling::Uniform => "uniform",
+            Sampling::Last => "last",
+        }
+    }
+}
+
+/// SplitMix64: a small, fast, well-mixed generator, enough for drawing steps and shuffling.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0), by Lemire's multiply-shift (its bias is below 2⁻³² for
+    /// the sizes used here).
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// The key a game's draws derive from: a hash of its id.
+pub fn game_key(id: &str) -> u64 {
+    xxh3_64(id.as_bytes())
+}
+
+/// The steps (0-based, sorted) read from a game of `n` steps: all of them when `n ≤ k`, else
+/// `k` drawn by `sampling` from the generator keyed by `seed` and the game.
+pub fn sample_steps(n: usize, k: usize, sampling: Sampling, seed: u64, game: u64) -> Vec<usize> {
+    if n <= k {
+        return (0..n).collect();
+    }
+    match sampling {
+        Sampling::Last => (n - k..n).collect(),
+        Sampling::Uniform => {
+            let mut rng = SplitMix64::new(seed ^ game.rotate_left(17));
+            let mut steps: Vec<usize> = (0..n).collect();
+            for i in 0..k {
+                let j = i + rng.below(n - i);
+                steps.swap(i, j);
+            }
+            steps.truncate(k);
+            steps.sort_unstable();
+            steps
+        }
+    }
+}
+
+/// Whether a game is in the validation slice of a fitting set (one game in
+/// [`VAL_ONE_IN`], by its key and the seed).
+pub fn in_val_slice(game: u64, seed: u64) -> bool {
+    SplitMix64::new(game ^ seed.rotate_left(41)).next_u64() % VAL_ONE_IN == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_game_gives_all_its_steps_and_last_gives_the_tail() {
+        assert_eq!(sample_steps(3, 5, Sampling::Uniform, 0, 7), vec![0, 1, 2]);
+        assert_eq!(sample_steps(10, 3, Sampling::Last, 0, 7), vec![7, 8, 9]);
+    }
+
+    #[test]
+    fn uniform_draws_are_distinct_sorted_repeatable_and_spread() {
+        let a = sample_steps(100, 5, Sampling::Uniform, 3, game_key("g1"));
+        assert_eq!(
+            a,
+            sample_steps(100, 5, Sampling::Uniform, 3, game_key("g1"))
+        );
+        assert_eq!(a.len(), 5);
+        assert!(a.windows(2).all(|w| w[0] < w[1]), "{a:?}");
+        assert_ne!(
+            a,
+            sample_steps(100, 5, Sampling::Uniform, 4, game_key("g1"))
+        );
+        // Over many games every step of a 40-step game is drawn about equally often.
+        let mut counts = [0u32; 40];
+        for g in 0..4000 {
+            for t in sample_steps(40, 5, Sampling::Uniform, 0, game_key(&g.to_string())) {
+                counts[t] += 1;
+            }
+        }
+        // 4000 × 5 / 40 = 500 per step on average.
+        assert!(
+            counts.iter().all(|&c| (400..600).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn about_one_game_in_ten_is_held_out_for_validation() {
+        let held = (0..10_000)
+            .filter(|g| in_val_slice(game_key(&format!("game{g}")), 0))
+            .count();
+        assert!((850..1150).contains(&held), "{held}");
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation() {
+        let mut items: Vec<u32> = (0..50).collect();
+        SplitMix64::new(1).shuffle(&mut items);
+        assert_ne!(items, (0..50).collect::<Vec<_>>());
+        items.sort_unstable();
+        assert_eq!(items, (0..50).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,233 @@
+//! The `probe` stage kind: its params and inputs, and how a pipeline runs it.
+
+use cwm_stage::{
+    GpusDecl, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params,
+    StageContext, StageError, StageKind, ThreadsDecl,
+};
+
+use crate::collect::CollectOptions;
+use crate::fit::FitOptions;
+use crate::probe::{ProbeInputs, ProbeOptions, probe};
+use crate::sample::Sampling;
+
+/// The `probe` stage kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProbeStage;
+
+const PARAMS: &[ParamSpec] = &[
+    ParamSpec::required(
+        "splits",
+        ParamType::List(&ParamType::Str),
+        "labels of the eval inputs, in the same order (test_real, test_random, ...)",
+    ),
+    ParamSpec::with_default(
+        "steps_per_game",
+        ParamType::Int,
+        ParamDefault::Int(5),
+        "steps read from each game (all steps of a shorter game)",
+    ),
+    ParamSpec::with_default(
+        "sampling",
+        ParamType::Choice(Sampling::NAMES),
+        ParamDefault::Str("uniform"),
+        "uniform: steps drawn from the whole game; last: the game's last steps (the probing paper)",
+    ),
+    ParamSpec::with_default(
+        "epochs",
+        ParamType::Int,
+        ParamDefault::Int(15),
+        "most epochs per probe",
+    ),
+    ParamSpec::with_default(
+        "lr",
+        ParamType::Float,
+        ParamDefault::Float(1e-3),
+        "Adam's learning rate",
+    ),
+    ParamSpec::with_default(
+        "probe_batch",
+        ParamType::Int,
+        ParamDefault::Int(256),
+        "vectors per Adam step",
+    ),
+    ParamSpec::with_default(
+        "patience",
+        ParamType::Int,
+        ParamDefault::Int(3),
+        "stop after this many epochs without a better validation loss",
+    ),
+    ParamSpec::with_default(
+        "aux",
+        ParamType::Bool,
+        ParamDefault::Bool(false),
+        "also probe the 11 auxiliary labels (side, castling, en passant, counters)",
+    ),
+    ParamSpec::with_default(
+        "seed",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "seeds the steps drawn, the validation slice and the fitting order",
+    ),
+    ParamSpec::with_default(
+        "batch_size",
+        ParamType::Int,
+        ParamDefault::Int(32),
+        "games per forward pass of the model",
+    ),
+    ParamSpec::with_default(
+        "max_games",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "read at most this many games of each input (0 = all)",
+    ),
+    ParamSpec::with_default(
+        "device",
+        ParamType::Str,
+        ParamDefault::Str("cpu"),
+        "where the model and the probes run: cpu, cuda (the GPU the executor assigns) or cuda:N",
+    ),
+    cwm_stage::THREADS_PARAM,
+];
+
+const INPUTS: &[InputSpec] = &[
+    InputSpec::one(
+        "model",
+        "a train artifact (checkpoint/ inside) or a checkpoint directory",
+    ),
+    InputSpec::one(
+        "fit",
+        "a tokenize artifact of the model's training games (the id probes)",
+    ),
+    InputSpec::one(
+        "fit_ood",
+        "a tokenize artifact of random games of another seed than the test split (the ood probes)",
+    )
+    .optional(),
+    InputSpec::many(
+        "eval",
+        "tokenize artifacts to score the probes on, labelled by `splits`",
+    ),
+];
+
+const DECL: KindDecl = KindDecl::new(
+    "probe",
+    "fits a linear board probe on every layer of a trained model and scores it on held-out splits (beyond-spec E9)",
+)
+.params(PARAMS)
+// Extra params are labels, so a matrix over the producing train stage's keys binds each
+// probe run to its model.
+.extra_params()
+.inputs(InputsDecl::Named(INPUTS))
+.threads(ThreadsDecl::Param)
+.gpus(GpusDecl::CudaParam("device"));
+
+fn positive(params: &Params, name: &str) -> Result<usize, StageError> {
+    match params.uint(name)? {
+        0 => Err(StageError::Param(format!("{name} must be positive"))),
+        n => Ok(n as usize),
+    }
+}
+
+fn options(ctx: &StageContext) -> Result<ProbeOptions, StageError> {
+    let params = ctx.params();
+    let sampling = params.str("sampling")?;
+    let sampling = Sampling::parse(sampling)
+        .ok_or_else(|| StageError::Param(format!("unknown sampling {sampling:?}")))?;
+    let device = ctx.assigned_device(params.str("device")?);
+    Ok(ProbeOptions {
+        collect: CollectOptions {
+            steps_per_game: positive(params, "steps_per_game")?,
+            sampling,
+            seed: params.uint("seed")?,
+            batch_games: positive(params, "batch_size")?,
+            max_games: params.uint("max_games")?,
+        },
+        fit: FitOptions {
+            epochs: positive(params, "epochs")?,
+            lr: params.float("lr")?,
+            batch: positive(params, "probe_batch")?,
+            patience: positive(params, "patience")?,
+            groups: if params.bool("aux")? { 7 } else { 1 },
+            seed: params.uint("seed")?,
+        },
+        device,
+        threads: ctx.threads(),
+        model_hash: ctx.input_list("model").first().map(|a| a.hash.clone()),
+    })
+}
+
+fn inputs(ctx: &StageContext) -> Result<ProbeInputs, StageError> {
+    let splits = ctx.params().str_list("splits")?.unwrap_or_default();
+    let eval = ctx.input_list("eval");
+    if splits.len() != eval.len() {
+        return Err(StageError::Param(format!(
+            "splits names {} splits ({}) but eval has {} inputs",
+            splits.len(),
+            splits.join(", "),
+            eval.len()
+        )));
+    }
+    Ok(ProbeInputs {
+        model: ctx.input("model")?.to_path_buf(),
+        fit: ctx.input("fit")?.to_path_buf(),
+        fit_ood: ctx.input_list("fit_ood").first().map(|a| a.path.clone()),
+        eval: splits
+            .into_iter()
+            .zip(eval.iter().map(|a| a.path.clone()))
+            .collect(),
+    })
+}
+
+impl StageKind for ProbeStage {
+    fn decl(&self) -> &'static KindDecl {
+        &DECL
+    }
+
+    fn fingerprint(&self) -> String {
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/stage.rs",
+                    "src/probe.rs",
+                    "src/collect.rs",
+                    "src/sample.rs",
+                    "src/fit.rs",
+                    "src/linear.rs",
+                    "src/score.rs",
+                    "src/weights.rs",
+                ],
+            ),
+            cwm_models::SOURCE_FINGERPRINT,
+            &cwm_stage_data::shard_or_jsonl_reader_fingerprint(),
+        ])
+    }
+
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        let options = options(ctx)?;
+        let inputs = inputs(ctx)?;
+        ctx.log().line(format!("device {}", options.device));
+        let log = |line: &str| ctx.log().line(line);
+        let summary = probe(
+            &inputs,
+            ctx.output("out")?,
+            &options,
+            ctx.progress(),
+            &log,
+            &|| ctx.is_cancelled(),
+        )?;
+        for (label, actual) in [("arch", &summary.arch), ("size", &summary.size)] {
+            if let Ok(expected) = ctx.params().str(label)
+                && expected != actual.as_str()
+            {
+                return Err(StageError::Param(format!(
+                    "{label} is {expected:?} but the model's checkpoint is {actual:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,335 @@
+//! The `probe` stage end to end on tokenized games of the shipped sample and on random legal
+//! games, with a freshly initialised model: the summary's shape, the weights against the
+//! summary's scores, the head baseline recomputed from the model, repeatability, and the
+//! errors a pipeline author meets.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use cwm_formats::probe::{ProbeSummary, SET_ID, SET_OOD, SUMMARY_FILE};
+use cwm_models::{Family, Model, ModelConfig, N_LABELS, Size, load_model, save_model};
+use cwm_random_uniform::Mode;
+use cwm_stage::{InputArtifact, ParamValue, Params, Progress, StageContext, StageKind, StageLog};
+use cwm_stage_data::{
+    IdKeySource, OutputFormat, ProcessOptions, RandomUniformOptions, TokenizeOptions,
+    generate_random_uniform, process_pgn, tokenize_games,
+};
+use cwm_stage_probe::ProbeStage;
+use cwm_stage_probe::collect::{CollectOptions, collect};
+use cwm_stage_probe::sample::Sampling;
+use cwm_stage_probe::score::score;
+use cwm_stage_probe::weights::read_weights;
+
+/// A temp directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("cwm-probe-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tokenize(games: &Path, tokens: &Path) {
+    std::fs::create_dir_all(tokens).unwrap();
+    tokenize_games(
+        games,
+        tokens,
+        &TokenizeOptions {
+            shard_games: 8,
+            threads: 1,
+            ..TokenizeOptions::default()
+        },
+        &Progress::disabled(),
+        &|| false,
+    )
+    .expect("tokenize");
+}
+
+/// The first `n` games of the shipped sample, tokenized.
+fn real_games(dir: &Path, n: u64) -> PathBuf {
+    let pgn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/lichess_db_1000k.pgn.zst");
+    let games = dir.join(format!("real-{n}"));
+    process_pgn(&ProcessOptions {
+        pgn,
+        out_dir: games.clone(),
+        format: OutputFormat::Parquet,
+        max_games: n,
+        threads: 1,
+        id_key: IdKeySource::resolve(Some("test-key")),
+        ..ProcessOptions::default()
+    })
+    .expect("process the sample");
+    let tokens = dir.join(format!("real-{n}-tokens"));
+    tokenize(&games, &tokens);
+    tokens
+}
+
+/// `n` random legal games of `seed`, tokenized.
+fn random_games(dir: &Path, n: u64, seed: u64) -> PathBuf {
+    let games = dir.join(format!("random-{seed}"));
+    let options = RandomUniformOptions {
+        games: n,
+        seed,
+        mode: Mode::Fast,
+        ..RandomUniformOptions::default()
+    };
+    generate_random_uniform(
+        &options,
+        &games,
+        OutputFormat::Parquet,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .expect("random games");
+    let tokens = dir.join(format!("random-{seed}-tokens"));
+    tokenize(&games, &tokens);
+    tokens
+}
+
+/// A freshly initialised SLiCE d128 (two blocks), saved as a checkpoint.
+fn checkpoint(dir: &Path) -> PathBuf {
+    let config = ModelConfig::new(Family::Slice, Size::D128);
+    let model = Model::init(&config, &Device::flex()).unwrap();
+    let path = dir.join("ckpt");
+    save_model(&path, &model, &config).unwrap();
+    path
+}
+
+struct Data {
+    model: PathBuf,
+    fit: PathBuf,
+    ood: PathBuf,
+    real: PathBuf,
+    random: PathBuf,
+}
+
+fn data(dir: &Path) -> Data {
+    Data {
+        model: checkpoint(dir),
+        fit: real_games(dir, 30),
+        ood: random_games(dir, 20, 7),
+        real: real_games(dir, 8),
+        random: random_games(dir, 8, 0),
+    }
+}
+
+fn artifacts(paths: &[&Path]) -> Vec<InputArtifact> {
+    paths
+        .iter()
+        .map(|path| InputArtifact {
+            producer: "p".into(),
+            producer_kind: "tokenize".into(),
+            producer_params: Params::new(),
+            output: "out".into(),
+            hash: "h".into(),
+            path: path.to_path_buf(),
+        })
+        .collect()
+}
+
+/// Runs the stage into `out` with the test's small settings, `splits` labelling `eval`.
+fn run(dir: &Path, data: &Data, out: &Path, splits: &[&str], eval: &[&Path]) -> Result<(), String> {
+    let mut params = Params::new();
+    params.insert(
+        "splits",
+        ParamValue::List(
+            splits
+                .iter()
+                .map(|s| ParamValue::Str((*s).into()))
+                .collect(),
+        ),
+    );
+    for (name, value) in [
+        ("steps_per_game", 6),
+        ("epochs", 3),
+        ("probe_batch", 64),
+        ("patience", 3),
+        ("seed", 0),
+        ("batch_size", 4),
+        ("max_games", 0),
+        ("threads", 1),
+    ] {
+        params.insert(name, ParamValue::Int(value));
+    }
+    params.insert("lr", ParamValue::Float(1e-3));
+    params.insert("aux", ParamValue::Bool(false));
+    params.insert("sampling", ParamValue::Str("uniform".into()));
+    params.insert("device", ParamValue::Str("cpu".into()));
+    let inputs = BTreeMap::from([
+        ("model".to_owned(), artifacts(&[&data.model])),
+        ("fit".to_owned(), artifacts(&[&data.fit])),
+        ("fit_ood".to_owned(), artifacts(&[&data.ood])),
+        ("eval".to_owned(), artifacts(eval)),
+    ]);
+    std::fs::create_dir_all(out).unwrap();
+    let ctx = StageContext::new(
+        "probe",
+        params,
+        inputs,
+        BTreeMap::from([("out".to_owned(), out.to_path_buf())]),
+        dir.to_path_buf(),
+        1,
+        Progress::disabled(),
+        StageLog::to_file(File::create(dir.join("log.txt")).unwrap()),
+        Default::default(),
+    );
+    ProbeStage.run(&ctx).map_err(|e| e.to_string())
+}
+
+fn summary(out: &Path) -> ProbeSummary {
+    cwm_formats::read_json(&out.join(SUMMARY_FILE)).unwrap()
+}
+
+#[test]
+fn every_set_split_and_layer_is_scored_and_the_weights_reproduce_the_scores() {
+    let scratch = Scratch::new("e2e");
+    let dir = &scratch.0;
+    let data = data(dir);
+    let out = dir.join("out");
+    run(
+        dir,
+        &data,
+        &out,
+        &["test_real", "test_random"],
+        &[&data.real, &data.random],
+    )
+    .unwrap();
+    let s = summary(&out);
+    assert_eq!(
+        (s.arch.as_str(), s.size.as_str(), s.d_model),
+        ("slice", "d128", 128)
+    );
+    let layers = s.blocks as usize + 2;
+    assert!(s.blocks >= 1);
+    let sets: Vec<&str> = s.fits.iter().map(|f| f.set.as_str()).collect();
+    assert_eq!(sets, [SET_ID, SET_OOD]);
+    for fit in &s.fits {
+        assert_eq!(
+            fit.layers.len(),
+            layers,
+            "embedding, each block, head input"
+        );
+        assert!(fit.vectors > 0 && fit.vectors + fit.val_vectors <= fit.games * 6);
+    }
+    assert_eq!(s.results.len(), 2 * 2 * layers, "sets × splits × layers");
+    let names: Vec<&str> = s.results[..layers]
+        .iter()
+        .map(|r| r.layer_name.as_str())
+        .collect();
+    let mut expected = vec!["embedding".to_owned()];
+    expected.extend((1..=s.blocks).map(|l| format!("block {l}")));
+    expected.push("head input".to_owned());
+    assert_eq!(names, expected);
+    let splits: Vec<(&str, u64, u64)> = s
+        .baselines
+        .iter()
+        .map(|b| (b.split.as_str(), b.games, b.vectors))
+        .collect();
+    assert_eq!(splits, [("test_real", 8, 48), ("test_random", 8, 48)]);
+
+    // Read the test_random vectors again; the written weights and the model's own head must
+    // give exactly the summary's scores.
+    let device = Device::flex();
+    let (model, _) = load_model(&data.model.clone(), &device).unwrap();
+    let options = CollectOptions {
+        steps_per_game: 6,
+        sampling: Sampling::Uniform,
+        seed: 0,
+        batch_games: 3,
+        max_games: 0,
+    };
+    let vectors = collect(
+        &model,
+        &data.random,
+        &options,
+        &device,
+        &Progress::disabled(),
+        &|| false,
+    )
+    .unwrap();
+    let probes = read_weights(&out).unwrap();
+    assert_eq!(probes.len(), 2 * layers);
+    let rows: Vec<usize> = (0..vectors.len()).collect();
+    for named in &probes {
+        let pred = named
+            .probe
+            .predict(&vectors.layers[named.layer as usize], &rows, &device)
+            .unwrap();
+        let scores = score(&pred, 64, &vectors.labels, &vectors.steps);
+        let written = s
+            .results
+            .iter()
+            .find(|r| r.set == named.set && r.split == "test_random" && r.layer == named.layer)
+            .unwrap();
+        assert_eq!(
+            scores, written.scores,
+            "{} layer {}",
+            named.set, named.layer
+        );
+    }
+    let head = score(&vectors.head, N_LABELS, &vectors.labels, &vectors.steps);
+    assert_eq!(head, s.baselines[1].head);
+    let acc = s.results[0].scores.square_acc.unwrap();
+    assert!((0.0..=1.0).contains(&acc));
+}
+
+#[test]
+fn the_same_params_give_the_same_summary_and_weights() {
+    let scratch = Scratch::new("repeat");
+    let dir = &scratch.0;
+    let data = data(dir);
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for out in [&a, &b] {
+        run(dir, &data, out, &["test_real"], &[&data.real]).unwrap();
+    }
+    assert_eq!(summary(&a), summary(&b));
+    let bin = |dir: &Path| std::fs::read(dir.join("probes.bin")).unwrap();
+    assert_eq!(bin(&a), bin(&b));
+}
+
+#[test]
+fn mismatched_splits_and_a_missing_checkpoint_are_named() {
+    let scratch = Scratch::new("errors");
+    let dir = &scratch.0;
+    let data = data(dir);
+    let err = run(
+        dir,
+        &data,
+        &dir.join("o1"),
+        &["test_real"],
+        &[&data.real, &data.random],
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("splits names 1 splits (test_real) but eval has 2 inputs"),
+        "{err}"
+    );
+    let no_model = Data {
+        model: dir.join("nowhere"),
+        ..data
+    };
+    let err = run(
+        dir,
+        &no_model,
+        &dir.join("o2"),
+        &["test_real"],
+        &[&no_model.real],
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("nowhere") && err.contains("holds no checkpoint"),
+        "{err}"
+    );
+    assert!(!dir.join("o2").join(SUMMARY_FILE).exists());
+}
