@@ -2,7 +2,7 @@
 //! the types of [`cwm_formats`] their writers write.
 //!
 //! An artifact is recognised by its producer's kind (`tokenize`, `train`, `select`,
-//! `evaluate`, `bin_prefix`, `diagnose`); an artifact of another kind (a `command` stage that wrote a
+//! `evaluate`, `bin_prefix`, `diagnose`, `probe`); an artifact of another kind (a `command` stage that wrote a
 //! compatible artifact, say) is recognised by the `"kind"` field of its `summary.json`, by a
 //! `selected.json` or by a `coverage.json`. Anything else is listed in `index.md` as ignored.
 //! A recognised artifact whose files are missing or malformed fails the report with the file
@@ -17,6 +17,7 @@ use arrow::datatypes::{ArrowPrimitiveType, Float64Type, UInt64Type};
 use cwm_formats::bins::BinPrefixSummary;
 use cwm_formats::diagnose::DiagnoseSummary;
 use cwm_formats::evaluate::EvaluateSummary;
+use cwm_formats::probe::ProbeSummary;
 use cwm_formats::select::{Choice, SELECTED_FILE, Selection};
 use cwm_formats::tokenize::{COVERAGE_FILE, Coverage as CoverageFile};
 use cwm_formats::train::{ScheduleKind, TrainSummary};
@@ -161,6 +162,19 @@ pub struct DiagnoseResult {
     pub summary: DiagnoseSummary,
 }
 
+/// A `probe` artifact's `summary.json` (E9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRun {
+    /// The artifact.
+    pub origin: Origin,
+    /// Family.
+    pub family: Family,
+    /// Size.
+    pub size: Size,
+    /// The file.
+    pub summary: ProbeSummary,
+}
+
 /// Everything the report read, sorted by instance name within each kind.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inputs {
@@ -176,18 +190,21 @@ pub struct Inputs {
     pub bins: Vec<BinResult>,
     /// Diagnostics.
     pub diagnose: Vec<DiagnoseResult>,
+    /// Layer probes.
+    pub probes: Vec<ProbeRun>,
     /// Every input artifact with the kind it was recognised as (`None`: ignored).
     pub listed: Vec<(Origin, Option<&'static str>)>,
 }
 
 /// The kinds the report reads.
-pub const KNOWN_KINDS: [&str; 6] = [
+pub const KNOWN_KINDS: [&str; 7] = [
     "tokenize",
     "train",
     "select",
     "evaluate",
     "bin_prefix",
     "diagnose",
+    "probe",
 ];
 
 /// Which kind of artifact this is, or `None` when the report does not use it.
@@ -241,6 +258,7 @@ pub fn read_inputs(artifacts: &[InputArtifact]) -> Result<Inputs, ReportError> {
             Some("evaluate") => inputs.evaluate.push(read_evaluate(origin, dir)?),
             Some("bin_prefix") => inputs.bins.push(read_bins(origin, dir)?),
             Some("diagnose") => inputs.diagnose.push(read_diagnose(origin, dir)?),
+            Some("probe") => inputs.probes.push(read_probe(origin, dir)?),
             _ => {}
         }
     }
@@ -349,6 +367,18 @@ fn read_diagnose(origin: Origin, dir: &Path) -> Result<DiagnoseResult, ReportErr
     let summary: DiagnoseSummary = cwm_formats::read_json(&path)?;
     check_kind(&path, &summary.kind, cwm_formats::diagnose::KIND)?;
     Ok(DiagnoseResult {
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
+        origin,
+    })
+}
+
+fn read_probe(origin: Origin, dir: &Path) -> Result<ProbeRun, ReportError> {
+    let path = dir.join(SUMMARY_FILE);
+    let summary: ProbeSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::probe::KIND)?;
+    Ok(ProbeRun {
         family: parse_name(&path, "arch", &summary.arch)?,
         size: parse_name(&path, "size", &summary.size)?,
         summary,

@@ -1,7 +1,7 @@
 //! The `report` stage kind: the paper's tables and figures from any set of artifacts.
 //!
 //! * **Input** `artifacts` (many, optional): any artifacts, typically whole matrices of
-//!   `tokenize`, `train`, `select`, `evaluate`, `bin_prefix` and `diagnose` instances. Each is recognised
+//!   `tokenize`, `train`, `select`, `evaluate`, `bin_prefix`, `diagnose` and `probe` instances. Each is recognised
 //!   by its producer's kind (or the `"kind"` of its `summary.json`); others are listed and
 //!   ignored. See `README.md` for which table reads which artifact.
 //! * **Params**: `title`, `figures` (draw Figures 3 and 4, the training curves and the
@@ -235,8 +235,17 @@ fn build_tables(
             .collect()
     };
     let before = evaluations(inputs);
+    let models_of: BTreeMap<String, String> = inputs
+        .evaluate
+        .iter()
+        .filter_map(|e| Some((e.origin.hash.clone(), e.summary.model_hash.clone()?)))
+        .collect();
     notes.extend(tables::keep_chosen_floor_evaluations(inputs));
     let dropped: BTreeSet<String> = before.difference(&evaluations(inputs)).cloned().collect();
+    let dropped_models: BTreeSet<String> = dropped
+        .iter()
+        .filter_map(|h| models_of.get(h).cloned())
+        .collect();
     let paper = published::Paper::load()?;
     let built = tables::paper_tables(inputs, counts.as_ref(), &paper)?;
     tables.extend(built.tables);
@@ -264,6 +273,8 @@ fn build_tables(
         });
     }
     tables.extend(beyond);
+    tables::keep_chosen_floor_probes(inputs, &dropped_models);
+    tables.extend(tables::probe_tables(inputs));
     Ok((tables, missing))
 }
 
@@ -316,6 +327,7 @@ pub fn build_report(
         planned.extend(figures::paper::figure4(&sets));
         planned.extend(figures::curves::training(&inputs));
         planned.extend(figures::beyond::beyond(&inputs));
+        planned.extend(figures::beyond::probes(&inputs));
         for plan in planned {
             check()?;
             figures::render(&plan.figure, out, &plan.id)?;

@@ -10,7 +10,9 @@
 //! * `figure_beyond_memory_<split>` (E5): square accuracy by staleness and castling-label
 //!   accuracy by plies since the right was lost;
 //! * `figure_beyond_novelty_<split>` (E7, when a diagnosis was given a novelty artifact):
-//!   ExactState by plies since deviation and by the position's training count.
+//!   ExactState by plies since deviation and by the position's training count;
+//! * `figure_beyond_probes_<split>` (E9, from `probe` artifacts): the probes' square accuracy
+//!   by relative depth ℓ/L, the `id` probes and (when fitted) the `ood` probes.
 //!
 //! A value the tables print as `–` (undefined, or resting on fewer than
 //! [`MIN_N`](cwm_formats::diagnose::MIN_N) cases) is NaN here: the model's line breaks there
@@ -23,8 +25,8 @@ use super::axis::short_number;
 use super::{
     Axis, Bar, Figure, LegendEntry, Line, Mark, Panel, Place, Planned, RGBColor, Shape, Symbol,
 };
-use crate::inputs::{DiagnoseResult, Inputs};
-use crate::tables::{beyond_runs, cell_name, file_safe};
+use crate::inputs::{DiagnoseResult, Inputs, ProbeRun};
+use crate::tables::{beyond_runs, cell_name, file_safe, probe_result, probe_runs, relative_depth};
 
 /// Height of one row of panels.
 const ROW_HEIGHT: u32 = 300;
@@ -120,6 +122,90 @@ fn split_figures(split: &str, runs: &[&DiagnoseResult]) -> Vec<Planned> {
             })
         })
         .collect()
+}
+
+/// The probe figure of every split the probes were scored on, when it has a line to draw.
+pub fn probes(inputs: &Inputs) -> Vec<Planned> {
+    probe_runs(inputs)
+        .iter()
+        .filter_map(|(split, runs)| {
+            let figure = probe_figure(split, runs);
+            has_data(&figure).then(|| Planned {
+                id: format!("figure_beyond_probes_{}", file_safe(split)),
+                figure,
+            })
+        })
+        .collect()
+}
+
+/// Each run's square accuracy (%) of the `set` probes on `split` at ℓ/L, ℓ = 0..=L (the head
+/// input left out: it is no deeper than the last block).
+fn depth_series(runs: &[&ProbeRun], set: &str, split: &str) -> Vec<Series> {
+    runs.iter()
+        .enumerate()
+        .map(|(model, p)| {
+            let s = &p.summary;
+            let points = (0..=s.blocks)
+                .filter_map(|layer| {
+                    let depth = relative_depth(layer, s.blocks)?;
+                    let acc = probe_result(s, set, split, layer)
+                        .and_then(|r| r.scores.square_acc)
+                        .filter(|a| a.is_finite())
+                        .map_or(f64::NAN, |a| a * 100.0);
+                    Some((depth, acc))
+                })
+                .collect();
+            Series { model, points }
+        })
+        .collect()
+}
+
+fn probe_figure(split: &str, runs: &[&ProbeRun]) -> Figure {
+    let depth_axis = || Axis::from_zero("Relative depth ℓ/L (0 = embedding)", [1.0], short_number);
+    let y = ("Square accuracy (%)", Unit::Percent);
+    let mut panels = vec![line_panel(
+        "(a) probes fitted on training games".to_owned(),
+        depth_axis(),
+        y,
+        &depth_series(runs, cwm_formats::probe::SET_ID, split),
+        CATEGORY_RADIUS,
+    )];
+    let ood = depth_series(runs, cwm_formats::probe::SET_OOD, split);
+    if ood.iter().any(|s| s.points.iter().any(|p| p.1.is_finite())) {
+        panels.push(line_panel(
+            "(b) probes fitted on random games".to_owned(),
+            depth_axis(),
+            y,
+            &ood,
+            CATEGORY_RADIUS,
+        ));
+    }
+    let legend = runs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (color, shape) = model_style(i);
+            LegendEntry {
+                symbol: Symbol::LineMark(shape),
+                color,
+                label: cell_name(p.family, p.size),
+            }
+        })
+        .collect();
+    Figure {
+        heading: format!("Beyond the paper: where the board is linearly readable ({split})"),
+        caption: format!(
+            "Square accuracy on {split} of a linear probe (64 squares × 13 classes) on each \
+             layer's hidden state, by relative depth ℓ/L: 0 is the embedding output, 1 the \
+             last block's output; one line per model. (a) probes fitted on the model's \
+             training games; (b) probes fitted on random legal games of another seed, when \
+             fitted. The model's own head and the majority baseline are in the \
+             beyond_probe_baselines table. {GAP_NOTE}"
+        ),
+        legend,
+        rows: vec![panels],
+        row_height: ROW_HEIGHT,
+    }
 }
 
 /// Whether some panel of `figure` draws a bar or a line.
@@ -1089,5 +1175,58 @@ mod tests {
         assert_eq!(planned[0].figure.rows[0][0].marks.len(), 1);
         let dir = TempDir::new("lone");
         render(&planned[0].figure, &dir.0, &planned[0].id).unwrap();
+    }
+
+    #[test]
+    fn probe_figures_draw_accuracy_by_depth_per_split() {
+        let inputs = crate::tables::probe_test_inputs();
+        let planned = probes(&inputs);
+        let ids: Vec<&str> = planned.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "figure_beyond_probes_test_real",
+                "figure_beyond_probes_test_random"
+            ]
+        );
+        let figure = &planned[0].figure;
+        assert_eq!(figure.rows[0].len(), 2, "id and ood panels");
+        let id = &figure.rows[0][0];
+        // Transformer (2 blocks): ℓ/L = 0, 0.5, 1 at 50, 60, 70 %; the head input left out.
+        assert_eq!(
+            id.lines[0].points,
+            vec![(0.0, 50.0), (0.5, 60.0), (1.0, 70.0)]
+        );
+        // SLiCE (1 block): 0 and 1.
+        assert_eq!(id.lines[1].points.len(), 2);
+        assert_eq!(
+            figure.rows[0][1].lines.len(),
+            1,
+            "only the transformer has ood probes"
+        );
+        let dir = TempDir::new("probes");
+        for plan in &planned {
+            render(&plan.figure, &dir.0, &plan.id).unwrap();
+            let png = std::fs::read(dir.0.join(format!("{}.png", plan.id))).unwrap();
+            assert!(
+                png.starts_with(b"\x89PNG") && png.len() > 1000,
+                "{}",
+                plan.id
+            );
+        }
+    }
+
+    #[test]
+    fn a_probe_figure_without_ood_probes_or_values_shrinks_or_goes() {
+        let mut inputs = crate::tables::probe_test_inputs();
+        inputs.probes.retain(|p| p.family == Family::Slice);
+        let planned = probes(&inputs);
+        assert_eq!(planned[0].figure.rows[0].len(), 1, "no ood panel");
+        for p in &mut inputs.probes {
+            for r in &mut p.summary.results {
+                r.scores.square_acc = None;
+            }
+        }
+        assert!(probes(&inputs).is_empty(), "nothing to draw, no figure");
     }
 }

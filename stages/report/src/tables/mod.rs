@@ -1,6 +1,7 @@
 //! The paper's Tables 4–12, built from the [`Inputs`] in the paper's layout, each followed by
 //! a comparison with the published values (`<id>_vs_paper`), then cwm's extra tables and the
-//! tables beyond the paper ([`beyond_tables`], from `diagnose` artifacts).
+//! tables beyond the paper ([`beyond_tables`], from `diagnose` artifacts; [`probe_tables`], from
+//! `probe` artifacts).
 //!
 //! A table the inputs cannot fill is not written; [`paper_tables`] returns it as a
 //! [`MissingTable`] with the reason, for `index.md`.
@@ -9,6 +10,7 @@ mod beyond;
 mod bins;
 mod draft;
 mod evaluation;
+mod probes;
 mod training;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,6 +21,12 @@ pub use cwm_formats::fs::file_safe;
 use cwm_models::{Family, Size};
 
 pub use self::beyond::{beyond_runs, beyond_tables, keep_chosen_floor_diagnoses};
+/// Probe runs for the figure tests.
+#[cfg(test)]
+pub(crate) use self::probes::tests::inputs as probe_test_inputs;
+pub use self::probes::{
+    keep_chosen_floor_probes, probe_runs, probe_tables, relative_depth, result as probe_result,
+};
 pub use self::training::{ChosenBy, FloorChoice, floor_choices, keep_chosen_floor_evaluations};
 use crate::error::ReportError;
 use crate::format;
