@@ -229,6 +229,7 @@ fn check_beyond_tables(report: &Path) {
                 assert!(figure.is_file(), "{} is missing", figure.display());
             }
         }
+        check_probe_tables(report, split);
         let validity =
             std::fs::read_to_string(report.join(format!("beyond_validity_{split}.csv"))).unwrap();
         let header: Vec<&str> = validity.lines().next().unwrap().split(',').collect();
@@ -252,6 +253,56 @@ fn check_beyond_tables(report: &Path) {
                 .unwrap_or_else(|_| panic!("IoU {cell:?} in {row}"));
             assert!((0.0..=1.0).contains(&value), "{row}");
         }
+    }
+}
+
+/// The probe tables and figure of `split`: every layer of each of the seven chosen models,
+/// ID and OOD probes scored, accuracies within 0..100.
+fn check_probe_tables(report: &Path, split: &str) {
+    let read = |id: &str| {
+        let path = report.join(format!("{id}_{split}.csv"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let baselines = read("beyond_probe_baselines");
+    assert_eq!(
+        baselines.lines().count(),
+        1 + 7,
+        "one row per family:\n{baselines}"
+    );
+    let layers = read("beyond_probes");
+    let header: Vec<&str> = layers.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("{name} in {header:?}"))
+    };
+    let (id, ood) = (
+        column("Square acc. (%) (ID probe)"),
+        column("Square acc. (%) (OOD probe)"),
+    );
+    let rows: Vec<Vec<&str>> = layers
+        .lines()
+        .skip(1)
+        .map(|r| r.split(',').collect())
+        .collect();
+    let models: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(models.len(), 7, "{layers}");
+    assert!(
+        rows.len() >= 7 * 3,
+        "embedding, blocks and head input of each model:\n{layers}"
+    );
+    for row in &rows {
+        for cell in [row[id], row[ood]] {
+            let value: f64 = cell
+                .parse()
+                .unwrap_or_else(|_| panic!("{cell:?} in {row:?}"));
+            assert!((0.0..=100.0).contains(&value), "{row:?}");
+        }
+    }
+    for ext in ["svg", "png"] {
+        let figure = report.join(format!("figure_beyond_probes_{split}.{ext}"));
+        assert!(figure.is_file(), "{} is missing", figure.display());
     }
 }
 
