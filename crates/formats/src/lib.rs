@@ -15,6 +15,7 @@
 //! | [`predictions`] | `predictions.parquet` (column names, rows; schema with its writer) | evaluate | diagnose, `cwm query` |
 //! | [`novelty`] | `summary.json`, `novelty.parquet` rows | novelty (`cwm-stage-diagnose`) | diagnose, report |
 //! | [`diagnose`] | `summary.json` | diagnose (`cwm-stage-diagnose`) | report |
+//! | [`markov`] | `summary.json` | markov (`cwm-stage-probe`) | report |
 //! | [`probe`] | `summary.json`, `probes.json` + `probes.bin` | probe (`cwm-stage-probe`) | report; editing (weights) |
 //! | [`bins`] | `summary.json` (and `bins.parquet`) | bin_prefix (`cwm-stage-evaluate`) | report |
 //! | [`select`] | `selected.json` | select (`cwm-stage-evaluate`) | train, report |
@@ -33,6 +34,7 @@ pub mod evaluate;
 pub mod float;
 pub mod fs;
 pub mod labels;
+pub mod markov;
 pub mod novelty;
 pub mod predictions;
 pub mod probe;

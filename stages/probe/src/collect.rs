@@ -123,11 +123,6 @@ fn collect_batch(
     device: &Device,
     out: &mut Vectors,
 ) -> Result<(), ProbeError> {
-    let seq = games.iter().map(|g| g.moves.len()).max().unwrap_or(0);
-    if seq == 0 {
-        return Ok(());
-    }
-    let mut moves = vec![PAD_TOKEN; games.len() * seq];
     let mut index = Vec::new();
     for (b, game) in games.iter().enumerate() {
         if game.states.len() != game.moves.len() * N_LABELS {
@@ -137,9 +132,6 @@ fn collect_batch(
                 game.moves.len(),
                 game.states.len()
             )));
-        }
-        for (slot, &token) in moves[b * seq..].iter_mut().zip(&game.moves) {
-            *slot = i64::from(token);
         }
         let key = game_key(&game.id);
         let val = in_val_slice(key, options.seed);
@@ -151,28 +143,83 @@ fn collect_batch(
             key,
         );
         for t in steps {
-            index.push((b * seq + t) as i64);
+            index.push((b, t));
             out.labels
                 .extend_from_slice(&game.states[t * N_LABELS..(t + 1) * N_LABELS]);
             out.steps.push(t as u32);
             out.val.push(val);
         }
     }
+    let sequences: Vec<&[u16]> = games.iter().map(|g| g.moves.as_slice()).collect();
+    let hidden = hidden_at(model, &sequences, &index, device)?;
+    for (kept, layer) in out.layers.iter_mut().zip(hidden.layers) {
+        kept.extend(layer);
+    }
+    out.head.extend(hidden.head);
+    Ok(())
+}
+
+/// Hidden states at chosen positions of a batch of sequences.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hidden {
+    /// Per layer ℓ = 0..=L + 1: `[positions, d]` row-major, in the order asked.
+    pub layers: Vec<Vec<f32>>,
+    /// The model's 75 predicted labels at each position.
+    pub head: Vec<u8>,
+}
+
+/// Runs `model` once over `sequences` (right-padded into one batch) and keeps every layer's
+/// hidden state and the head's prediction at `positions`, each `(sequence, step)`.
+///
+/// # Errors
+/// [`ProbeError::Invalid`] for a position outside its sequence; [`ProbeError::Readback`].
+pub fn hidden_at(
+    model: &Model,
+    sequences: &[&[u16]],
+    positions: &[(usize, usize)],
+    device: &Device,
+) -> Result<Hidden, ProbeError> {
+    let seq = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
+    let layers = model.blocks() + 2;
+    if positions.is_empty() || seq == 0 {
+        return Ok(Hidden {
+            layers: vec![Vec::new(); layers],
+            head: Vec::new(),
+        });
+    }
+    let mut moves = vec![PAD_TOKEN; sequences.len() * seq];
+    for (b, tokens) in sequences.iter().enumerate() {
+        for (slot, &token) in moves[b * seq..].iter_mut().zip(*tokens) {
+            *slot = i64::from(token);
+        }
+    }
+    let mut index = Vec::with_capacity(positions.len());
+    for &(b, t) in positions {
+        if sequences.get(b).is_none_or(|s| t >= s.len()) {
+            return Err(ProbeError::Invalid(format!(
+                "position {t} of sequence {b} is outside the batch"
+            )));
+        }
+        index.push((b * seq + t) as i64);
+    }
+    let [d, _] = model.head().weight.dims();
     let n = index.len();
-    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [games.len(), seq]), device);
+    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [sequences.len(), seq]), device);
     let index = Tensor::<1, Int>::from_data(TensorData::new(index, [n]), device);
-    let layers = features_by_layer(model, moves);
+    let mut out = Hidden {
+        layers: Vec::with_capacity(layers),
+        head: Vec::new(),
+    };
     let mut head_input = None;
-    for (layer, kept) in layers.into_iter().zip(out.layers.iter_mut()) {
+    for layer in features_by_layer(model, moves) {
         let rows = layer
-            .reshape([games.len() * seq, out.d])
+            .reshape([sequences.len() * seq, d])
             .select(0, index.clone());
-        kept.extend(read_f32(rows.clone(), "hidden states")?);
+        out.layers.push(read_f32(rows.clone(), "hidden states")?);
         head_input = Some(rows);
     }
     if let Some(rows) = head_input {
-        let logits = model.head().forward(rows);
-        out.head.extend(argmax_labels(logits, LABEL_GROUPS.len())?);
+        out.head = argmax_labels(model.head().forward(rows), LABEL_GROUPS.len())?;
     }
-    Ok(())
+    Ok(out)
 }

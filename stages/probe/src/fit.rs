@@ -154,7 +154,7 @@ fn check(data: &FitData<'_>, options: &FitOptions) -> Result<(), ProbeError> {
             return Err(ProbeError::Invalid(format!("{name} must be positive")));
         }
     }
-    if data.x.len() % data.d != 0 || data.labels.len() != data.x.len() / data.d * 75 {
+    if !data.x.len().is_multiple_of(data.d) || data.labels.len() != data.x.len() / data.d * 75 {
         return Err(ProbeError::Invalid(format!(
             "{} hidden values and {} labels do not make rows of width {} and 75",
             data.x.len(),

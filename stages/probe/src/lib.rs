@@ -1,4 +1,6 @@
-//! The `probe` stage kind of cwm: where a model keeps the board (beyond-spec E9).
+//! The stage kinds of cwm that look inside the models: `probe`, where a model keeps the board
+//! (beyond-spec E9), and `markov`, whether its hidden state depends on the move order (E8,
+//! E10).
 //!
 //! A linear probe per layer reads the 64 squares (and optionally the 11 other labels) from
 //! the hidden states a model computes at each step, with the layers numbered by
@@ -16,6 +18,8 @@
 //! * [`score`]: square accuracy, weighted precision/recall/F1, board-exact, by ply bin;
 //!   the majority baseline.
 //! * [`weights`]: the fitted probes on disk.
+//! * [`mod@markov`]: the `markov` stage: classes of transposed prefixes ([`markov::classes`])
+//!   and the per-layer test ([`markov::stats`]); [`MarkovStage`].
 //!
 //! Errors are [`ProbeError`]s naming the file; every output file is written under a
 //! temporary name and renamed when complete.
@@ -25,6 +29,7 @@ pub mod collect;
 mod error;
 pub mod fit;
 pub mod linear;
+pub mod markov;
 pub mod probe;
 pub mod sample;
 pub mod score;
@@ -35,11 +40,11 @@ use cwm_stage::StageKind;
 
 pub use error::ProbeError;
 pub use probe::{ProbeInputs, ProbeOptions, probe};
-pub use stage::ProbeStage;
+pub use stage::{MarkovStage, ProbeStage};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
 /// Every stage kind of this crate.
 pub fn stage_kinds() -> Vec<Box<dyn StageKind>> {
-    vec![Box::new(ProbeStage)]
+    vec![Box::new(ProbeStage), Box::new(MarkovStage)]
 }

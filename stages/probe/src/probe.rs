@@ -84,12 +84,7 @@ pub fn probe(
     log: &(dyn Fn(&str) + Sync),
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ProbeSummary, ProbeError> {
-    let checkpoint = cwm_models::checkpoint::find_checkpoint(&inputs.model).ok_or_else(|| {
-        ProbeError::Invalid(format!(
-            "{}: holds no checkpoint (model.json, or checkpoint/model.json)",
-            inputs.model.display()
-        ))
-    })?;
+    let checkpoint = checkpoint_of(&inputs.model)?;
     std::fs::create_dir_all(out).map_err(|e| ProbeError::io(out, e))?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(options.threads)
@@ -112,6 +107,19 @@ pub fn probe(
             cancelled,
         };
         run.all(inputs, &config, out)
+    })
+}
+
+/// The checkpoint directory of a `train` artifact or of a checkpoint itself.
+///
+/// # Errors
+/// [`ProbeError::Invalid`] naming `model` when it holds none.
+pub fn checkpoint_of(model: &Path) -> Result<PathBuf, ProbeError> {
+    cwm_models::checkpoint::find_checkpoint(model).ok_or_else(|| {
+        ProbeError::Invalid(format!(
+            "{}: holds no checkpoint (model.json, or checkpoint/model.json)",
+            model.display()
+        ))
     })
 }
 

@@ -103,7 +103,9 @@ pub fn sample_steps(n: usize, k: usize, sampling: Sampling, seed: u64, game: u64
 /// Whether a game is in the validation slice of a fitting set (one game in
 /// [`VAL_ONE_IN`], by its key and the seed).
 pub fn in_val_slice(game: u64, seed: u64) -> bool {
-    SplitMix64::new(game ^ seed.rotate_left(41)).next_u64() % VAL_ONE_IN == 0
+    SplitMix64::new(game ^ seed.rotate_left(41))
+        .next_u64()
+        .is_multiple_of(VAL_ONE_IN)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The `probe` stage kind: its params and inputs, and how a pipeline runs it.
+//! The `probe` and `markov` stage kinds: their params and inputs, and how a pipeline runs
+//! them.
 
 use cwm_stage::{
     GpusDecl, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params,
@@ -7,6 +8,9 @@ use cwm_stage::{
 
 use crate::collect::CollectOptions;
 use crate::fit::FitOptions;
+use crate::markov::classes::SwapOptions;
+use crate::markov::stats::TestOptions;
+use crate::markov::{MarkovOptions, markov};
 use crate::probe::{ProbeInputs, ProbeOptions, probe};
 use crate::sample::Sampling;
 
@@ -219,15 +223,175 @@ impl StageKind for ProbeStage {
             &log,
             &|| ctx.is_cancelled(),
         )?;
-        for (label, actual) in [("arch", &summary.arch), ("size", &summary.size)] {
-            if let Ok(expected) = ctx.params().str(label)
-                && expected != actual.as_str()
-            {
-                return Err(StageError::Param(format!(
-                    "{label} is {expected:?} but the model's checkpoint is {actual:?}"
-                )));
-            }
-        }
-        Ok(())
+        check_labels(ctx.params(), &summary.arch, &summary.size)
     }
+}
+
+/// The `markov` stage kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MarkovStage;
+
+const MARKOV_PARAMS: &[ParamSpec] = &[
+    ParamSpec::required(
+        "split",
+        ParamType::Str,
+        "label of the games' split (test_real, ...)",
+    ),
+    ParamSpec::with_default(
+        "max_games",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "read at most this many games (0 = all)",
+    ),
+    ParamSpec::with_default(
+        "max_class",
+        ParamType::Int,
+        ParamDefault::Int(8),
+        "members kept per natural class (the first met)",
+    ),
+    ParamSpec::with_default(
+        "swaps_per_game",
+        ParamType::Int,
+        ParamDefault::Int(4),
+        "attempts per game at a swapped move order (0 = natural classes only)",
+    ),
+    ParamSpec::with_default(
+        "window",
+        ParamType::Int,
+        ParamDefault::Int(8),
+        "how many plies back from the step a swapped move may lie",
+    ),
+    ParamSpec::with_default(
+        "pairs",
+        ParamType::Int,
+        ParamDefault::Int(100_000),
+        "random pairs behind each layer's population cosine",
+    ),
+    ParamSpec::with_default(
+        "permutations",
+        ParamType::Int,
+        ParamDefault::Int(1000),
+        "class-label shuffles behind each p-value",
+    ),
+    ParamSpec::with_default(
+        "seed",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "seeds the swaps, the pairs and the shuffles",
+    ),
+    ParamSpec::with_default(
+        "batch_size",
+        ParamType::Int,
+        ParamDefault::Int(32),
+        "sequences per forward pass of the model",
+    ),
+    ParamSpec::with_default(
+        "device",
+        ParamType::Str,
+        ParamDefault::Str("cpu"),
+        "where the model runs: cpu, cuda (the GPU the executor assigns) or cuda:N",
+    ),
+    cwm_stage::THREADS_PARAM,
+];
+
+const MARKOV_INPUTS: &[InputSpec] = &[
+    InputSpec::one(
+        "model",
+        "a train artifact (checkpoint/ inside) or a checkpoint directory",
+    ),
+    InputSpec::one("data", "a tokenize artifact whose games give the classes"),
+];
+
+const MARKOV_DECL: KindDecl = KindDecl::new(
+    "markov",
+    "tests whether a model's hidden states depend only on the state its moves reach (beyond-spec E8, E10)",
+)
+.params(MARKOV_PARAMS)
+.extra_params()
+.inputs(InputsDecl::Named(MARKOV_INPUTS))
+.threads(ThreadsDecl::Param)
+.gpus(GpusDecl::CudaParam("device"));
+
+fn markov_options(ctx: &StageContext) -> Result<MarkovOptions, StageError> {
+    let params = ctx.params();
+    let seed = params.uint("seed")?;
+    Ok(MarkovOptions {
+        split: params.str("split")?.to_owned(),
+        max_games: params.uint("max_games")?,
+        max_class: positive(params, "max_class")?.max(2),
+        swaps: SwapOptions {
+            per_game: params.uint("swaps_per_game")? as usize,
+            window: positive(params, "window")?,
+            seed,
+        },
+        test: TestOptions {
+            pairs: positive(params, "pairs")?,
+            permutations: positive(params, "permutations")?,
+            seed,
+        },
+        batch_size: positive(params, "batch_size")?,
+        device: ctx.assigned_device(params.str("device")?),
+        threads: ctx.threads(),
+        model_hash: ctx.input_list("model").first().map(|a| a.hash.clone()),
+    })
+}
+
+impl StageKind for MarkovStage {
+    fn decl(&self) -> &'static KindDecl {
+        &MARKOV_DECL
+    }
+
+    fn fingerprint(&self) -> String {
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/stage.rs",
+                    "src/probe.rs",
+                    "src/collect.rs",
+                    "src/linear.rs",
+                    "src/sample.rs",
+                    "src/markov/mod.rs",
+                    "src/markov/classes.rs",
+                    "src/markov/stats.rs",
+                ],
+            ),
+            cwm_models::SOURCE_FINGERPRINT,
+            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_stage_data::shard_reader_fingerprint(),
+        ])
+    }
+
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        let options = markov_options(ctx)?;
+        ctx.log().line(format!("device {}", options.device));
+        let log = |line: &str| ctx.log().line(line);
+        let summary = markov(
+            ctx.input("model")?,
+            ctx.input("data")?,
+            ctx.output("out")?,
+            &options,
+            ctx.progress(),
+            &log,
+            &|| ctx.is_cancelled(),
+        )?;
+        check_labels(ctx.params(), &summary.arch, &summary.size)
+    }
+}
+
+/// An error unless the `arch` and `size` labels, when given, name the checkpoint's.
+fn check_labels(params: &Params, arch: &str, size: &str) -> Result<(), StageError> {
+    for (label, actual) in [("arch", arch), ("size", size)] {
+        if let Ok(expected) = params.str(label)
+            && expected != actual
+        {
+            return Err(StageError::Param(format!(
+                "{label} is {expected:?} but the model's checkpoint is {actual:?}"
+            )));
+        }
+    }
+    Ok(())
 }

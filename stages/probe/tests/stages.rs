@@ -1,13 +1,15 @@
-//! The `probe` stage end to end on tokenized games of the shipped sample and on random legal
-//! games, with a freshly initialised model: the summary's shape, the weights against the
-//! summary's scores, the head baseline recomputed from the model, repeatability, and the
-//! errors a pipeline author meets.
+//! The `probe` and `markov` stages end to end on tokenized games of the shipped sample and on
+//! random legal games, with a freshly initialised model: the summaries' shape, the probe
+//! weights against the summary's scores, the head baseline recomputed from the model, what
+//! the embedding layer must show in the Markov test, repeatability, and the errors a
+//! pipeline author meets.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
+use cwm_formats::markov::{MarkovSummary, SET_NATURAL, SET_SWAP};
 use cwm_formats::probe::{ProbeSummary, SET_ID, SET_OOD, SUMMARY_FILE};
 use cwm_models::{Family, Model, ModelConfig, N_LABELS, Size, load_model, save_model};
 use cwm_random_uniform::Mode;
@@ -16,11 +18,11 @@ use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, RandomUniformOptions, TokenizeOptions,
     generate_random_uniform, process_pgn, tokenize_games,
 };
-use cwm_stage_probe::ProbeStage;
 use cwm_stage_probe::collect::{CollectOptions, collect};
 use cwm_stage_probe::sample::Sampling;
 use cwm_stage_probe::score::score;
 use cwm_stage_probe::weights::read_weights;
+use cwm_stage_probe::{MarkovStage, ProbeStage};
 
 /// A temp directory removed on drop.
 struct Scratch(PathBuf);
@@ -332,4 +334,80 @@ fn mismatched_splits_and_a_missing_checkpoint_are_named() {
         "{err}"
     );
     assert!(!dir.join("o2").join(SUMMARY_FILE).exists());
+}
+
+/// Runs the markov stage on `data` into `out` with the test's small settings.
+fn run_markov(dir: &Path, model: &Path, data: &Path, out: &Path) -> Result<MarkovSummary, String> {
+    let mut params = Params::new();
+    params.insert("split", ParamValue::Str("test_real".into()));
+    for (name, value) in [
+        ("max_games", 0),
+        ("max_class", 8),
+        ("swaps_per_game", 6),
+        ("window", 8),
+        ("pairs", 5000),
+        ("permutations", 200),
+        ("seed", 0),
+        ("batch_size", 8),
+        ("threads", 1),
+    ] {
+        params.insert(name, ParamValue::Int(value));
+    }
+    params.insert("device", ParamValue::Str("cpu".into()));
+    let inputs = BTreeMap::from([
+        ("model".to_owned(), artifacts(&[model])),
+        ("data".to_owned(), artifacts(&[data])),
+    ]);
+    std::fs::create_dir_all(out).unwrap();
+    let ctx = StageContext::new(
+        "markov",
+        params,
+        inputs,
+        BTreeMap::from([("out".to_owned(), out.to_path_buf())]),
+        dir.to_path_buf(),
+        1,
+        Progress::disabled(),
+        StageLog::to_file(File::create(dir.join("markov-log.txt")).unwrap()),
+        Default::default(),
+    );
+    MarkovStage.run(&ctx).map_err(|e| e.to_string())?;
+    Ok(cwm_formats::read_json(&out.join(SUMMARY_FILE)).unwrap())
+}
+
+/// Layer 0 is the embedding of the last move alone: a swapped order that ends in the same move
+/// has the very same vector there, so the swap classes must stand far above the population.
+#[test]
+fn the_markov_test_finds_swapped_orders_identical_at_the_embedding() {
+    let scratch = Scratch::new("markov");
+    let dir = &scratch.0;
+    let model = checkpoint(dir);
+    let games = real_games(dir, 40);
+    let out = dir.join("out");
+    let s = run_markov(dir, &model, &games, &out).unwrap();
+    assert_eq!(s.games, 40);
+    let names: Vec<&str> = s.sets.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, [SET_NATURAL, SET_SWAP]);
+    let swap = &s.sets[1];
+    assert!(swap.classes >= 20, "{} swap classes", swap.classes);
+    assert_eq!(swap.members, 2 * swap.classes);
+    assert_eq!(swap.layers.len(), s.blocks as usize + 2);
+    let embedding = &swap.layers[0];
+    assert!(embedding.mu_sem.unwrap() > 0.5, "{embedding:?}");
+    assert!(
+        embedding.d.unwrap() > 2.0 && embedding.p.unwrap() < 0.01,
+        "{embedding:?}"
+    );
+    for layer in &swap.layers {
+        let (p, holm) = (layer.p.unwrap(), layer.p_holm.unwrap());
+        assert!(p > 0.0 && p <= holm && holm <= 1.0, "{layer:?}");
+    }
+    for share in [swap.prediction_agreement, swap.exact_agreement] {
+        assert!(share.is_some_and(|v| (0.0..=1.0).contains(&v)), "{swap:?}");
+    }
+    // The same params give the same summary.
+    let again = run_markov(dir, &model, &games, &dir.join("again")).unwrap();
+    assert_eq!(again, s);
+    // A directory without games is an error naming it.
+    let err = run_markov(dir, &model, &dir.join("nothing"), &dir.join("o3")).unwrap_err();
+    assert!(err.contains("nothing"), "{err}");
 }
