@@ -2,7 +2,7 @@
 //! the types of [`cwm_formats`] their writers write.
 //!
 //! An artifact is recognised by its producer's kind (`tokenize`, `train`, `select`,
-//! `evaluate`, `bin_prefix`, `diagnose`, `probe`); an artifact of another kind (a `command` stage that wrote a
+//! `evaluate`, `bin_prefix`, `diagnose`, `probe`, `markov`); an artifact of another kind (a `command` stage that wrote a
 //! compatible artifact, say) is recognised by the `"kind"` field of its `summary.json`, by a
 //! `selected.json` or by a `coverage.json`. Anything else is listed in `index.md` as ignored.
 //! A recognised artifact whose files are missing or malformed fails the report with the file
@@ -17,6 +17,7 @@ use arrow::datatypes::{ArrowPrimitiveType, Float64Type, UInt64Type};
 use cwm_formats::bins::BinPrefixSummary;
 use cwm_formats::diagnose::DiagnoseSummary;
 use cwm_formats::evaluate::EvaluateSummary;
+use cwm_formats::markov::MarkovSummary;
 use cwm_formats::probe::ProbeSummary;
 use cwm_formats::select::{Choice, SELECTED_FILE, Selection};
 use cwm_formats::tokenize::{COVERAGE_FILE, Coverage as CoverageFile};
@@ -175,6 +176,19 @@ pub struct ProbeRun {
     pub summary: ProbeSummary,
 }
 
+/// A `markov` artifact's `summary.json` (E8, E10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MarkovRun {
+    /// The artifact.
+    pub origin: Origin,
+    /// Family.
+    pub family: Family,
+    /// Size.
+    pub size: Size,
+    /// The file.
+    pub summary: MarkovSummary,
+}
+
 /// Everything the report read, sorted by instance name within each kind.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inputs {
@@ -192,12 +206,14 @@ pub struct Inputs {
     pub diagnose: Vec<DiagnoseResult>,
     /// Layer probes.
     pub probes: Vec<ProbeRun>,
+    /// Path-independence tests.
+    pub markov: Vec<MarkovRun>,
     /// Every input artifact with the kind it was recognised as (`None`: ignored).
     pub listed: Vec<(Origin, Option<&'static str>)>,
 }
 
 /// The kinds the report reads.
-pub const KNOWN_KINDS: [&str; 7] = [
+pub const KNOWN_KINDS: [&str; 8] = [
     "tokenize",
     "train",
     "select",
@@ -205,6 +221,7 @@ pub const KNOWN_KINDS: [&str; 7] = [
     "bin_prefix",
     "diagnose",
     "probe",
+    "markov",
 ];
 
 /// Which kind of artifact this is, or `None` when the report does not use it.
@@ -259,6 +276,7 @@ pub fn read_inputs(artifacts: &[InputArtifact]) -> Result<Inputs, ReportError> {
             Some("bin_prefix") => inputs.bins.push(read_bins(origin, dir)?),
             Some("diagnose") => inputs.diagnose.push(read_diagnose(origin, dir)?),
             Some("probe") => inputs.probes.push(read_probe(origin, dir)?),
+            Some("markov") => inputs.markov.push(read_markov(origin, dir)?),
             _ => {}
         }
     }
@@ -379,6 +397,18 @@ fn read_probe(origin: Origin, dir: &Path) -> Result<ProbeRun, ReportError> {
     let summary: ProbeSummary = cwm_formats::read_json(&path)?;
     check_kind(&path, &summary.kind, cwm_formats::probe::KIND)?;
     Ok(ProbeRun {
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
+        origin,
+    })
+}
+
+fn read_markov(origin: Origin, dir: &Path) -> Result<MarkovRun, ReportError> {
+    let path = dir.join(SUMMARY_FILE);
+    let summary: MarkovSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::markov::KIND)?;
+    Ok(MarkovRun {
         family: parse_name(&path, "arch", &summary.arch)?,
         size: parse_name(&path, "size", &summary.size)?,
         summary,

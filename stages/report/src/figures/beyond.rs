@@ -12,7 +12,9 @@
 //! * `figure_beyond_novelty_<split>` (E7, when a diagnosis was given a novelty artifact):
 //!   ExactState by plies since deviation and by the position's training count;
 //! * `figure_beyond_probes_<split>` (E9, from `probe` artifacts): the probes' square accuracy
-//!   by relative depth ℓ/L, the `id` probes and (when fitted) the `ood` probes.
+//!   by relative depth ℓ/L, the `id` probes and (when fitted) the `ood` probes;
+//! * `figure_beyond_markov_<split>` (E10, from `markov` artifacts): Cohen's d of within-class
+//!   against population cosine by relative depth, natural transpositions and swaps.
 //!
 //! A value the tables print as `–` (undefined, or resting on fewer than
 //! [`MIN_N`](cwm_formats::diagnose::MIN_N) cases) is NaN here: the model's line breaks there
@@ -25,8 +27,10 @@ use super::axis::short_number;
 use super::{
     Axis, Bar, Figure, LegendEntry, Line, Mark, Panel, Place, Planned, RGBColor, Shape, Symbol,
 };
-use crate::inputs::{DiagnoseResult, Inputs, ProbeRun};
-use crate::tables::{beyond_runs, cell_name, file_safe, probe_result, probe_runs, relative_depth};
+use crate::inputs::{DiagnoseResult, Inputs, MarkovRun, ProbeRun};
+use crate::tables::{
+    beyond_runs, cell_name, file_safe, markov_runs, probe_result, probe_runs, relative_depth,
+};
 
 /// Height of one row of panels.
 const ROW_HEIGHT: u32 = 300;
@@ -201,6 +205,91 @@ fn probe_figure(split: &str, runs: &[&ProbeRun]) -> Figure {
              training games; (b) probes fitted on random legal games of another seed, when \
              fitted. The model's own head and the majority baseline are in the \
              beyond_probe_baselines table. {GAP_NOTE}"
+        ),
+        legend,
+        rows: vec![panels],
+        row_height: ROW_HEIGHT,
+    }
+}
+
+/// The path-independence figure of every split tested, when it has a line to draw.
+pub fn markov(inputs: &Inputs) -> Vec<Planned> {
+    markov_runs(inputs)
+        .iter()
+        .filter_map(|(split, runs)| {
+            let figure = markov_figure(split, runs);
+            has_data(&figure).then(|| Planned {
+                id: format!("figure_beyond_markov_{}", file_safe(split)),
+                figure,
+            })
+        })
+        .collect()
+}
+
+/// Each run's d in class set `set` at ℓ/L, ℓ = 0..=L.
+fn d_series(runs: &[&MarkovRun], set: &str) -> Vec<Series> {
+    runs.iter()
+        .enumerate()
+        .map(|(model, m)| {
+            let blocks = m.summary.blocks;
+            let layers = m.summary.sets.iter().find(|s| s.name == set);
+            let points = layers
+                .map(|s| {
+                    s.layers
+                        .iter()
+                        .filter_map(|l| {
+                            let depth = relative_depth(l.layer, blocks)?;
+                            Some((depth, l.d.filter(|d| d.is_finite()).unwrap_or(f64::NAN)))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Series { model, points }
+        })
+        .collect()
+}
+
+fn markov_figure(split: &str, runs: &[&MarkovRun]) -> Figure {
+    let depth_axis = || Axis::from_zero("Relative depth ℓ/L (0 = embedding)", [1.0], short_number);
+    let panels: Vec<Panel> = [
+        (
+            cwm_formats::markov::SET_NATURAL,
+            "(a) natural transpositions",
+        ),
+        (cwm_formats::markov::SET_SWAP, "(b) swapped move orders"),
+    ]
+    .into_iter()
+    .map(|(set, caption)| {
+        line_panel(
+            caption.to_owned(),
+            depth_axis(),
+            ("Cohen's d", Unit::FromZero),
+            &d_series(runs, set),
+            CATEGORY_RADIUS,
+        )
+    })
+    .collect();
+    let legend = runs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (color, shape) = model_style(i);
+            LegendEntry {
+                symbol: Symbol::LineMark(shape),
+                color,
+                label: cell_name(m.family, m.size),
+            }
+        })
+        .collect();
+    Figure {
+        heading: format!("Beyond the paper: path independence of hidden states ({split})"),
+        caption: format!(
+            "Cohen's d of the cosine similarity of hidden states within classes of move orders \
+             that reach the same state against random pairs, on {split}, by relative depth ℓ/L \
+             (0 the embedding output, 1 the last block), one line per model: (a) \
+             transpositions among the games' own prefixes, (b) a prefix and the same prefix \
+             with two quiet moves of one side swapped. A panel without classes has no line. \
+             {GAP_NOTE}"
         ),
         legend,
         rows: vec![panels],
@@ -1228,5 +1317,28 @@ mod tests {
             }
         }
         assert!(probes(&inputs).is_empty(), "nothing to draw, no figure");
+    }
+
+    #[test]
+    fn the_markov_figure_draws_d_by_depth_per_set() {
+        let inputs = crate::tables::markov_test_inputs();
+        let planned = markov(&inputs);
+        assert_eq!(planned.len(), 1);
+        assert_eq!(planned[0].id, "figure_beyond_markov_test_real");
+        let figure = &planned[0].figure;
+        assert!(
+            figure.rows[0][0].lines.is_empty(),
+            "no natural class: no line"
+        );
+        let swap = &figure.rows[0][1];
+        // Transformer (2 blocks): d = 0.5 + ℓ at ℓ/L = 0, 0.5, 1.
+        assert_eq!(
+            swap.lines[0].points,
+            vec![(0.0, 0.5), (0.5, 1.5), (1.0, 2.5)]
+        );
+        let dir = TempDir::new("markov");
+        render(figure, &dir.0, &planned[0].id).unwrap();
+        let png = std::fs::read(dir.0.join(format!("{}.png", planned[0].id))).unwrap();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 1000);
     }
 }

@@ -1,7 +1,7 @@
 //! The paper's Tables 4–12, built from the [`Inputs`] in the paper's layout, each followed by
 //! a comparison with the published values (`<id>_vs_paper`), then cwm's extra tables and the
 //! tables beyond the paper ([`beyond_tables`], from `diagnose` artifacts; [`probe_tables`], from
-//! `probe` artifacts).
+//! `probe` artifacts; [`markov_tables`], from `markov` artifacts).
 //!
 //! A table the inputs cannot fill is not written; [`paper_tables`] returns it as a
 //! [`MissingTable`] with the reason, for `index.md`.
@@ -10,6 +10,7 @@ mod beyond;
 mod bins;
 mod draft;
 mod evaluation;
+mod markov;
 mod probes;
 mod training;
 
@@ -21,6 +22,10 @@ pub use cwm_formats::fs::file_safe;
 use cwm_models::{Family, Size};
 
 pub use self::beyond::{beyond_runs, beyond_tables, keep_chosen_floor_diagnoses};
+/// Markov tests for the figure tests.
+#[cfg(test)]
+pub(crate) use self::markov::tests::inputs as markov_test_inputs;
+pub use self::markov::{keep_chosen_floor_markov, markov_runs, markov_tables};
 /// Probe runs for the figure tests.
 #[cfg(test)]
 pub(crate) use self::probes::tests::inputs as probe_test_inputs;
