@@ -210,6 +210,7 @@ fn check_report_tables(report: &Path) {
 /// The tables and figures beyond the paper: on both test splits, one row per trained family (the chosen
 /// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
 fn check_beyond_tables(report: &Path) {
+    check_markov_tables(report);
     for split in ["test_real", "test_random"] {
         for kind in [
             "validity",
@@ -302,6 +303,40 @@ fn check_probe_tables(report: &Path, split: &str) {
     }
     for ext in ["svg", "png"] {
         let figure = report.join(format!("figure_beyond_probes_{split}.{ext}"));
+        assert!(figure.is_file(), "{} is missing", figure.display());
+    }
+}
+
+/// The path-independence tables and figure (real test games only): every chosen model, both
+/// class sets, a p-value in (0, 1] wherever one is printed.
+fn check_markov_tables(report: &Path) {
+    let read = |id: &str| {
+        let path = report.join(format!("{id}_test_real.csv"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let outputs = read("beyond_transposition");
+    assert_eq!(
+        outputs.lines().count(),
+        1 + 7 * 2,
+        "two class sets per family:\n{outputs}"
+    );
+    let layers = read("beyond_markov");
+    let header: Vec<&str> = layers.lines().next().unwrap().split(',').collect();
+    let p = header
+        .iter()
+        .position(|h| *h == "p (Holm)")
+        .expect("a p column");
+    let mut printed = 0;
+    for row in layers.lines().skip(1) {
+        let cell = row.split(',').nth(p).unwrap();
+        if let Ok(value) = cell.parse::<f64>() {
+            assert!(value > 0.0 && value <= 1.0, "{row}");
+            printed += 1;
+        }
+    }
+    assert!(printed > 0, "no p-value at all:\n{layers}");
+    for ext in ["svg", "png"] {
+        let figure = report.join(format!("figure_beyond_markov_test_real.{ext}"));
         assert!(figure.is_file(), "{} is missing", figure.display());
     }
 }

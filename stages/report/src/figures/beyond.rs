@@ -252,11 +252,8 @@ fn d_series(runs: &[&MarkovRun], set: &str) -> Vec<Series> {
 fn markov_figure(split: &str, runs: &[&MarkovRun]) -> Figure {
     let depth_axis = || Axis::from_zero("Relative depth ℓ/L (0 = embedding)", [1.0], short_number);
     let panels: Vec<Panel> = [
-        (
-            cwm_formats::markov::SET_NATURAL,
-            "(a) natural transpositions",
-        ),
-        (cwm_formats::markov::SET_SWAP, "(b) swapped move orders"),
+        (cwm_formats::markov::SET_NATURAL, "natural transpositions"),
+        (cwm_formats::markov::SET_SWAP, "swapped move orders"),
     ]
     .into_iter()
     .map(|(set, caption)| {
@@ -268,6 +265,7 @@ fn markov_figure(split: &str, runs: &[&MarkovRun]) -> Figure {
             CATEGORY_RADIUS,
         )
     })
+    .filter(|panel| !panel.lines.is_empty())
     .collect();
     let legend = runs
         .iter()
@@ -286,10 +284,10 @@ fn markov_figure(split: &str, runs: &[&MarkovRun]) -> Figure {
         caption: format!(
             "Cohen's d of the cosine similarity of hidden states within classes of move orders \
              that reach the same state against random pairs, on {split}, by relative depth ℓ/L \
-             (0 the embedding output, 1 the last block), one line per model: (a) \
-             transpositions among the games' own prefixes, (b) a prefix and the same prefix \
-             with two quiet moves of one side swapped. A panel without classes has no line. \
-             {GAP_NOTE}"
+             (0 the embedding output, 1 the last block), one line per model, a panel per \
+             class set: natural transpositions among the games' own prefixes, and prefixes beside \
+             their copies with two quiet moves of one side swapped. A class set with \
+             no class has no panel. {GAP_NOTE}"
         ),
         legend,
         rows: vec![panels],
@@ -1326,11 +1324,9 @@ mod tests {
         assert_eq!(planned.len(), 1);
         assert_eq!(planned[0].id, "figure_beyond_markov_test_real");
         let figure = &planned[0].figure;
-        assert!(
-            figure.rows[0][0].lines.is_empty(),
-            "no natural class: no line"
-        );
-        let swap = &figure.rows[0][1];
+        assert_eq!(figure.rows[0].len(), 1, "no natural class: no panel");
+        assert_eq!(figure.rows[0][0].caption, "swapped move orders");
+        let swap = &figure.rows[0][0];
         // Transformer (2 blocks): d = 0.5 + ℓ at ℓ/L = 0, 0.5, 1.
         assert_eq!(
             swap.lines[0].points,
