@@ -84,29 +84,51 @@ pub fn probe(
     log: &(dyn Fn(&str) + Sync),
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ProbeSummary, ProbeError> {
-    let checkpoint = checkpoint_of(&inputs.model)?;
+    with_model(
+        &inputs.model,
+        out,
+        &options.device,
+        options.threads,
+        |model, config, device| {
+            progress.set_total(games_to_read(inputs, options.collect.max_games));
+            let run = Run {
+                model,
+                options,
+                device,
+                progress,
+                log,
+                cancelled,
+            };
+            run.all(inputs, config, out)
+        },
+    )
+}
+
+/// Creates `out`, starts `threads` worker threads (0 = rayon's default) and runs `f` in them
+/// with the checkpoint of `model` loaded onto the device named `device`.
+///
+/// # Errors
+/// [`ProbeError`] for a missing or bad checkpoint, an unknown device or an unwritable `out`;
+/// whatever `f` returns.
+pub fn with_model<T: Send>(
+    model: &Path,
+    out: &Path,
+    device: &str,
+    threads: usize,
+    f: impl FnOnce(&Model, &ModelConfig, &Device) -> Result<T, ProbeError> + Send,
+) -> Result<T, ProbeError> {
+    let checkpoint = checkpoint_of(model)?;
     std::fs::create_dir_all(out).map_err(|e| ProbeError::io(out, e))?;
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.threads)
+        .num_threads(threads)
         .build()
-        .map_err(|e| {
-            ProbeError::Invalid(format!("cannot start {} threads: {e}", options.threads))
-        })?;
+        .map_err(|e| ProbeError::Invalid(format!("cannot start {threads} threads: {e}")))?;
     pool.install(|| {
-        let device = cwm_models::device_by_name(&options.device)
-            .map_err(|e| ProbeError::model("device", e))?;
+        let device =
+            cwm_models::device_by_name(device).map_err(|e| ProbeError::model("device", e))?;
         let (model, config) = load_model(&checkpoint, &device)
             .map_err(|e| ProbeError::model(checkpoint.display().to_string(), e))?;
-        progress.set_total(games_to_read(inputs, options.collect.max_games));
-        let run = Run {
-            model: &model,
-            options,
-            device: &device,
-            progress,
-            log,
-            cancelled,
-        };
-        run.all(inputs, &config, out)
+        f(&model, &config, &device)
     })
 }
 

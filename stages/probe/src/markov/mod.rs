@@ -24,7 +24,7 @@ use cwm_formats::Versioned;
 use cwm_formats::markov::{
     ClassSet, KIND, LayerTest, MarkovSummary, SET_NATURAL, SET_SWAP, SUMMARY_FILE,
 };
-use cwm_models::{Model, N_LABELS, StateModel, layer_name, load_model};
+use cwm_models::{Model, N_LABELS, StateModel, layer_name};
 use cwm_stage::Progress;
 use cwm_stage_data::{ShardReader, TokenizedGame};
 
@@ -74,52 +74,46 @@ pub fn markov(
     if options.batch_size == 0 {
         return Err(ProbeError::Invalid("batch_size must be positive".into()));
     }
-    let checkpoint = crate::probe::checkpoint_of(model)?;
-    std::fs::create_dir_all(out).map_err(|e| ProbeError::io(out, e))?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(options.threads)
-        .build()
-        .map_err(|e| {
-            ProbeError::Invalid(format!("cannot start {} threads: {e}", options.threads))
-        })?;
-    pool.install(|| {
-        let device = cwm_models::device_by_name(&options.device)
-            .map_err(|e| ProbeError::model("device", e))?;
-        let (model, config) = load_model(&checkpoint, &device)
-            .map_err(|e| ProbeError::model(checkpoint.display().to_string(), e))?;
-        let games = read_games(data, options.max_games)?;
-        let sets = [
-            (SET_NATURAL, natural_classes(&games, options.max_class)),
-            (SET_SWAP, swap_classes(&games, &options.swaps)),
-        ];
-        progress.set_total(sets.iter().map(|(_, c)| c.len() as u64).sum());
-        let mut tested = Vec::with_capacity(sets.len());
-        for (name, classes) in &sets {
-            if cancelled() {
-                return Err(ProbeError::Cancelled);
+    crate::probe::with_model(
+        model,
+        out,
+        &options.device,
+        options.threads,
+        |model, config, device| {
+            let games = read_games(data, options.max_games)?;
+            let sets = [
+                (SET_NATURAL, natural_classes(&games, options.max_class)),
+                (SET_SWAP, swap_classes(&games, &options.swaps)),
+            ];
+            progress.set_total(sets.iter().map(|(_, c)| c.len() as u64).sum());
+            let mut tested = Vec::with_capacity(sets.len());
+            for (name, classes) in &sets {
+                if cancelled() {
+                    return Err(ProbeError::Cancelled);
+                }
+                let members = Members::read(model, &games, classes, options.batch_size, device)?;
+                let set = test_set(name, classes, &members, model.blocks(), &options.test);
+                log(&set_line(&set));
+                progress.inc(classes.len() as u64);
+                tested.push(set);
             }
-            let members = Members::read(&model, &games, classes, options.batch_size, &device)?;
-            let set = test_set(name, classes, &members, model.blocks(), &options.test);
-            log(&set_line(&set));
-            progress.inc(classes.len() as u64);
-            tested.push(set);
-        }
-        let summary = MarkovSummary {
-            version: MarkovSummary::VERSION,
-            kind: KIND.to_owned(),
-            arch: config.family.name().to_owned(),
-            size: config.size.name().to_owned(),
-            model_hash: options.model_hash.clone(),
-            split: options.split.clone(),
-            blocks: model.blocks() as u32,
-            games: games.len() as u64,
-            population_pairs: options.test.pairs as u64,
-            permutations: options.test.permutations as u64,
-            sets: tested,
-        };
-        cwm_formats::write_json(&out.join(SUMMARY_FILE), &summary)?;
-        Ok(summary)
-    })
+            let summary = MarkovSummary {
+                version: MarkovSummary::VERSION,
+                kind: KIND.to_owned(),
+                arch: config.family.name().to_owned(),
+                size: config.size.name().to_owned(),
+                model_hash: options.model_hash.clone(),
+                split: options.split.clone(),
+                blocks: model.blocks() as u32,
+                games: games.len() as u64,
+                population_pairs: options.test.pairs as u64,
+                permutations: options.test.permutations as u64,
+                sets: tested,
+            };
+            cwm_formats::write_json(&out.join(SUMMARY_FILE), &summary)?;
+            Ok(summary)
+        },
+    )
 }
 
 /// The games at `data` (at most `max_games`, 0 = all).
