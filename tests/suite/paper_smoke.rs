@@ -211,6 +211,14 @@ fn check_report_tables(report: &Path) {
 /// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
 fn check_beyond_tables(report: &Path) {
     check_markov_tables(report);
+    let predictors = std::fs::read_to_string(report.join("beyond_predictors.csv")).unwrap();
+    assert_eq!(
+        predictors.lines().count(),
+        1 + 8,
+        "one row per predictor:\n{predictors}"
+    );
+    let loss = predictors.lines().nth(1).unwrap();
+    assert!(loss.starts_with("Loss (real),7,"), "seven cells: {loss}");
     for split in ["test_real", "test_random"] {
         for kind in [
             "validity",

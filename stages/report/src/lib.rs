@@ -278,6 +278,11 @@ fn build_tables(
     tables.extend(tables::probe_tables(inputs));
     tables::keep_chosen_floor_markov(inputs, &dropped_models);
     tables.extend(tables::markov_tables(inputs));
+    match tables::predictor_table(inputs) {
+        Ok(table) => tables.push(table),
+        Err(why) if !inputs.evaluate.is_empty() => missing.push(why),
+        Err(_) => {}
+    }
     Ok((tables, missing))
 }
 

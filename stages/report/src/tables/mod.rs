@@ -11,6 +11,7 @@ mod bins;
 mod draft;
 mod evaluation;
 mod markov;
+mod predictors;
 mod probes;
 mod training;
 
@@ -26,6 +27,7 @@ pub use self::beyond::{beyond_runs, beyond_tables, keep_chosen_floor_diagnoses};
 #[cfg(test)]
 pub(crate) use self::markov::tests::inputs as markov_test_inputs;
 pub use self::markov::{keep_chosen_floor_markov, markov_runs, markov_tables};
+pub use self::predictors::{predictor_table, stats as predictor_stats};
 /// Probe runs for the figure tests.
 #[cfg(test)]
 pub(crate) use self::probes::tests::inputs as probe_test_inputs;
