@@ -500,3 +500,59 @@ fn val_column<T: ArrowPrimitiveType>(
         ReportError::field(path, name, format!("expected {expected}, found {found}"))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use cwm_stage::Params;
+
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory.
+    fn temp_dir(tag: &str) -> std::path::PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("cwm-report-inputs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    fn artifact(dir: &Path, producer_kind: &str) -> InputArtifact {
+        InputArtifact {
+            producer: "probe[arch=slice]".into(),
+            producer_kind: producer_kind.into(),
+            producer_params: Params::new(),
+            output: "out".into(),
+            hash: "abc".into(),
+            path: dir.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn probe_summaries_are_read_with_their_family_and_size() {
+        let summary = crate::tables::probe_test_inputs().probes[0].summary.clone();
+        let dir = temp_dir("probe");
+        let text = serde_json::to_string(&summary).unwrap();
+        std::fs::write(dir.join(SUMMARY_FILE), &text).unwrap();
+        // By the producer's kind, and by the summary's own kind.
+        for kind in ["probe", "command"] {
+            let inputs = read_inputs(&[artifact(&dir, kind)]).unwrap();
+            assert_eq!(inputs.probes.len(), 1, "{kind}");
+            let run = &inputs.probes[0];
+            assert_eq!((run.family, run.size), (Family::Slice, Size::D128));
+            assert_eq!(run.origin.kind, "probe");
+            // Floats may differ in the last digit after JSON; the structure may not.
+            assert_eq!(run.summary.results.len(), summary.results.len());
+            assert_eq!(run.summary.model_hash, summary.model_hash);
+            assert_eq!(inputs.listed[0].1, Some("probe"));
+        }
+        let bad = text.replace("\"arch\":\"slice\"", "\"arch\":\"lstm\"");
+        std::fs::write(dir.join(SUMMARY_FILE), bad).unwrap();
+        let err = read_inputs(&[artifact(&dir, "probe")]).unwrap_err();
+        assert!(err.to_string().contains("arch"), "{err}");
+        let other = text.replace("\"kind\":\"probe\"", "\"kind\":\"markov\"");
+        std::fs::write(dir.join(SUMMARY_FILE), other).unwrap();
+        let err = read_inputs(&[artifact(&dir, "probe")]).unwrap_err();
+        assert!(err.to_string().contains("kind"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

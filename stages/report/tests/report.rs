@@ -675,7 +675,8 @@ fn tables_without_inputs_are_absent() {
             "Table 11",
             "Table 12",
             "Ranking agreement",
-            "Beyond the paper"
+            "Beyond the paper",
+            "Beyond: predictors"
         ]
     );
     let index = std::fs::read_to_string(out.0.join("index.md")).unwrap();

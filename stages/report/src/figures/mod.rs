@@ -9,6 +9,10 @@
 //!   `beyond_*` tables (validity flags and V1 by prefix bin, counter accuracy by true value,
 //!   legal-move IoU and ExactState by prefix bin with error-run lengths, square accuracy by
 //!   staleness, ExactState by novelty).
+//! * Inside the models ([`beyond::probes`], [`beyond::markov`]): per split,
+//!   `figure_beyond_probes_<split>` (the probes' square accuracy by relative depth ℓ/L, `id`
+//!   and, when fitted, `ood` probes in two panels) and `figure_beyond_markov_<split>` (Cohen's
+//!   d by relative depth, a panel per class set with classes).
 //!
 //! A figure is first described as data ([`Figure`]: a grid of [`Panel`]s with their axes,
 //! bars, lines, marks and arrows), which the tests inspect, then drawn by [`render`]. Text is real
