@@ -15,7 +15,7 @@ use cwm_formats::probe::LayerFit;
 
 use crate::ProbeError;
 use crate::linear::{LinearProbe, labels_of, labels_tensor, outputs_of, read_f32, summed_nll};
-use crate::sample::SplitMix64;
+use crate::sample::Rng;
 
 /// How a probe is fitted.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,7 +90,7 @@ pub fn fit_probe(
         .init(&ad);
     let mut optim = AdamConfig::new().with_epsilon(1e-8).init();
     let mut order = data.train.to_vec();
-    let mut rng = SplitMix64::new(options.seed ^ u64::from(layer).rotate_left(32));
+    let mut rng = Rng::new(options.seed ^ u64::from(layer).rotate_left(32));
     let mut best: Option<(f64, LinearProbe, LayerFit)> = None;
     let mut epoch = 0;
     while epoch < options.epochs {
@@ -112,11 +112,21 @@ pub fn fit_probe(
             linear = optim.step(options.lr, linear, grads);
         }
         let probe = to_host(&linear, data.d, options.groups)?;
-        let train_loss = probe.mean_loss(data.x, data.labels, data.train, device)?;
         let val_loss = probe.mean_loss(data.x, data.labels, data.val, device)?;
-        let score = val_loss.or(train_loss).unwrap_or(f64::INFINITY);
+        // The fitting loss is read only when it decides (no validation rows) or is kept.
+        let mut train_loss = None;
+        let score = match val_loss {
+            Some(v) => v,
+            None => {
+                train_loss = probe.mean_loss(data.x, data.labels, data.train, device)?;
+                train_loss.unwrap_or(f64::INFINITY)
+            }
+        };
         let better = best.as_ref().is_none_or(|(s, ..)| score < *s);
         if better {
+            if train_loss.is_none() {
+                train_loss = probe.mean_loss(data.x, data.labels, data.train, device)?;
+            }
             let fit = LayerFit {
                 layer,
                 epochs: 0,
@@ -183,11 +193,11 @@ fn to_host(linear: &burn::nn::Linear, d: usize, groups: usize) -> Result<LinearP
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::SplitMix64;
+    use crate::sample::Rng;
 
     /// `n` Gaussian-ish vectors of width `d` (sums of uniforms), row-major.
     fn features(n: usize, d: usize, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = Rng::new(seed);
         let mut unit = || (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
         (0..n * d).map(|_| unit() + unit() + unit()).collect()
     }
@@ -202,7 +212,7 @@ mod tests {
     fn planted(n: usize, d: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
         let code = features(ACTIVE.len() * 13, d, seed);
         let noise = features(n, d, seed + 1);
-        let mut rng = SplitMix64::new(seed + 2);
+        let mut rng = Rng::new(seed + 2);
         let mut labels = vec![0u8; n * 75];
         let mut x = vec![0.0f32; n * d];
         for r in 0..n {
@@ -282,7 +292,7 @@ mod tests {
         let (x, labels) = planted(n, d, 1);
         // Shuffle whole label rows across vectors: the code is gone, the class mix stays.
         let mut rows: Vec<usize> = (0..n).collect();
-        SplitMix64::new(9).shuffle(&mut rows);
+        Rng::new(9).shuffle(&mut rows);
         let labels: Vec<u8> = rows
             .iter()
             .flat_map(|&r| labels[r * 75..(r + 1) * 75].to_vec())

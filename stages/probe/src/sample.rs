@@ -3,6 +3,7 @@
 //! Both depend only on the seed and the game's id, never on the order games arrive in or on
 //! the batch size, so the same params always read the same steps.
 
+use cwm_random_uniform::fast_rng::Xoshiro256PlusPlus;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// One game in this many goes to the validation slice of a fitting set.
@@ -40,29 +41,25 @@ impl Sampling {
     }
 }
 
-/// SplitMix64: a small, fast, well-mixed generator, enough for drawing steps and shuffling.
+/// The generator of every draw here: the random-uniform crate's xoshiro256++ (seeded through
+/// SplitMix64, exactly uniform `below`), with the index and shuffle helpers this crate needs.
 #[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
+pub struct Rng(Xoshiro256PlusPlus);
 
-impl SplitMix64 {
+impl Rng {
     /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
+    pub fn new(seed: u64) -> Rng {
+        Rng(Xoshiro256PlusPlus::from_seed(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
-    /// A number in `0..n` (`n` > 0), by Lemire's multiply-shift (its bias is below 2⁻³² for
-    /// the sizes used here).
+    /// A number in `0..n`, exactly uniform (`n` at most `u32::MAX`; 0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+        self.0.below(u32::try_from(n).unwrap_or(u32::MAX)) as usize
     }
 
     /// Shuffles `items` in place (Fisher–Yates).
@@ -87,7 +84,7 @@ pub fn sample_steps(n: usize, k: usize, sampling: Sampling, seed: u64, game: u64
     match sampling {
         Sampling::Last => (n - k..n).collect(),
         Sampling::Uniform => {
-            let mut rng = SplitMix64::new(seed ^ game.rotate_left(17));
+            let mut rng = Rng::new(seed ^ game.rotate_left(17));
             let mut steps: Vec<usize> = (0..n).collect();
             for i in 0..k {
                 let j = i + rng.below(n - i);
@@ -103,7 +100,7 @@ pub fn sample_steps(n: usize, k: usize, sampling: Sampling, seed: u64, game: u64
 /// Whether a game is in the validation slice of a fitting set (one game in
 /// [`VAL_ONE_IN`], by its key and the seed).
 pub fn in_val_slice(game: u64, seed: u64) -> bool {
-    SplitMix64::new(game ^ seed.rotate_left(41))
+    Rng::new(game ^ seed.rotate_left(41))
         .next_u64()
         .is_multiple_of(VAL_ONE_IN)
 }
@@ -156,7 +153,7 @@ mod tests {
     #[test]
     fn a_shuffle_is_a_permutation() {
         let mut items: Vec<u32> = (0..50).collect();
-        SplitMix64::new(1).shuffle(&mut items);
+        Rng::new(1).shuffle(&mut items);
         assert_ne!(items, (0..50).collect::<Vec<_>>());
         items.sort_unstable();
         assert_eq!(items, (0..50).collect::<Vec<_>>());

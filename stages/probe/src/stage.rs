@@ -18,6 +18,20 @@ use crate::sample::Sampling;
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ProbeStage;
 
+/// The `device` param of both kinds.
+const DEVICE_PARAM: ParamSpec = ParamSpec::with_default(
+    "device",
+    ParamType::Str,
+    ParamDefault::Str("cpu"),
+    "where the model (and the probes) run: cpu, cuda (the GPU the executor assigns) or cuda:N",
+);
+
+/// The `model` input of both kinds.
+const MODEL_INPUT: InputSpec = InputSpec::one(
+    "model",
+    "a train artifact (checkpoint/ inside) or a checkpoint directory",
+);
+
 const PARAMS: &[ParamSpec] = &[
     ParamSpec::required(
         "splits",
@@ -84,20 +98,12 @@ const PARAMS: &[ParamSpec] = &[
         ParamDefault::Int(0),
         "read at most this many games of each input (0 = all)",
     ),
-    ParamSpec::with_default(
-        "device",
-        ParamType::Str,
-        ParamDefault::Str("cpu"),
-        "where the model and the probes run: cpu, cuda (the GPU the executor assigns) or cuda:N",
-    ),
+    DEVICE_PARAM,
     cwm_stage::THREADS_PARAM,
 ];
 
 const INPUTS: &[InputSpec] = &[
-    InputSpec::one(
-        "model",
-        "a train artifact (checkpoint/ inside) or a checkpoint directory",
-    ),
+    MODEL_INPUT,
     InputSpec::one(
         "fit",
         "a tokenize artifact of the model's training games (the id probes)",
@@ -285,20 +291,12 @@ const MARKOV_PARAMS: &[ParamSpec] = &[
         ParamDefault::Int(32),
         "sequences per forward pass of the model",
     ),
-    ParamSpec::with_default(
-        "device",
-        ParamType::Str,
-        ParamDefault::Str("cpu"),
-        "where the model runs: cpu, cuda (the GPU the executor assigns) or cuda:N",
-    ),
+    DEVICE_PARAM,
     cwm_stage::THREADS_PARAM,
 ];
 
 const MARKOV_INPUTS: &[InputSpec] = &[
-    InputSpec::one(
-        "model",
-        "a train artifact (checkpoint/ inside) or a checkpoint directory",
-    ),
+    MODEL_INPUT,
     InputSpec::one("data", "a tokenize artifact whose games give the classes"),
 ];
 

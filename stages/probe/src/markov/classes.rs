@@ -19,7 +19,7 @@ use cwm_stage_data::TokenizedGame;
 use shakmaty::{Chess, Move, Position};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
-use crate::sample::{SplitMix64, game_key};
+use crate::sample::{Rng, game_key};
 
 /// Where a member's hidden state comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub fn swap_classes(games: &[TokenizedGame], options: &SwapOptions) -> Vec<Class
         if game.states.len() != game.moves.len() * N_LABELS {
             continue;
         }
-        let mut rng = SplitMix64::new(options.seed ^ game_key(&game.id));
+        let mut rng = Rng::new(options.seed ^ game_key(&game.id));
         let mut seen: Vec<(usize, usize)> = Vec::new();
         for _ in 0..options.per_game {
             let Some((t, i)) = draw(game.moves.len(), options.window, &mut rng) else {
@@ -117,7 +117,7 @@ pub fn swap_classes(games: &[TokenizedGame], options: &SwapOptions) -> Vec<Class
 
 /// A step t and a first ply i (token index, 1-based plies) with `t − window ≤ i ≤ t − 2`,
 /// `i ≥ 1`; `None` for a game too short to swap in.
-fn draw(tokens: usize, window: usize, rng: &mut SplitMix64) -> Option<(usize, usize)> {
+fn draw(tokens: usize, window: usize, rng: &mut Rng) -> Option<(usize, usize)> {
     // Tokens: START then plies 1..tokens − 1; t ranges over 3..tokens − 1.
     if tokens < 4 || window < 2 {
         return None;

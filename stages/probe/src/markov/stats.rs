@@ -6,7 +6,7 @@
 //! `Σ_c (|S_c|² − k_c) / Σ_c k_c (k_c − 1)`, and one label shuffle costs one pass over the
 //! vectors.
 
-use crate::sample::SplitMix64;
+use crate::sample::Rng;
 
 /// What one layer's test found (`None` where undefined).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -75,7 +75,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Mean and standard deviation of the cosines of `pairs` random pairs of distinct rows.
-fn population(u: &[f64], d: usize, pairs: usize, rng: &mut SplitMix64) -> Option<(f64, f64)> {
+fn population(u: &[f64], d: usize, pairs: usize, rng: &mut Rng) -> Option<(f64, f64)> {
     let n = u.len() / d.max(1);
     if n < 2 || pairs == 0 {
         return None;
@@ -104,7 +104,7 @@ pub fn layer_test(
         return LayerStats::default();
     }
     let u = unit_rows(x, d);
-    let mut rng = SplitMix64::new(options.seed);
+    let mut rng = Rng::new(options.seed);
     let mu_sem = within_mean(&u, d, class, classes);
     let pop = population(&u, d, options.pairs, &mut rng);
     let d_value = match (mu_sem, pop) {
@@ -156,7 +156,7 @@ mod tests {
     use super::*;
 
     fn noise(n: usize, d: usize, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = Rng::new(seed);
         (0..n * d)
             .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
             .collect()
