@@ -23,6 +23,18 @@ pub struct LayerStats {
     pub p: Option<f64>,
 }
 
+/// A population standard deviation below this is rounding, not spread.
+const MIN_SPREAD: f64 = 1e-9;
+
+/// Classes holding at least two members.
+fn classes_with_pairs(class: &[usize], classes: usize) -> usize {
+    let mut sizes = vec![0u32; classes];
+    for &c in class {
+        sizes[c] += 1;
+    }
+    sizes.iter().filter(|&&k| k >= 2).count()
+}
+
 /// How many pairs and shuffles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TestOptions {
@@ -107,23 +119,28 @@ pub fn layer_test(
     let mut rng = Rng::new(options.seed);
     let mu_sem = within_mean(&u, d, class, classes);
     let pop = population(&u, d, options.pairs, &mut rng);
+    // With one class the population is that class (shuffles change nothing, the deviation is
+    // rounding): the test needs two classes with a pair, and a spread in the population.
+    let testable = classes_with_pairs(class, classes) >= 2;
     let d_value = match (mu_sem, pop) {
-        (Some(sem), Some((mean, sd))) if sd > 0.0 => Some((sem - mean) / sd),
+        (Some(sem), Some((mean, sd))) if testable && sd > MIN_SPREAD => Some((sem - mean) / sd),
         _ => None,
     };
-    let p = mu_sem.filter(|_| options.permutations > 0).map(|observed| {
-        let mut shuffled = class.to_vec();
-        let mut as_high = 0usize;
-        for _ in 0..options.permutations {
-            rng.shuffle(&mut shuffled);
-            let value = within_mean(&u, d, &shuffled, classes).unwrap_or(f64::NEG_INFINITY);
-            // A tolerance for sums taken in another order.
-            if value >= observed - 1e-12 {
-                as_high += 1;
+    let p = mu_sem
+        .filter(|_| testable && options.permutations > 0)
+        .map(|observed| {
+            let mut shuffled = class.to_vec();
+            let mut as_high = 0usize;
+            for _ in 0..options.permutations {
+                rng.shuffle(&mut shuffled);
+                let value = within_mean(&u, d, &shuffled, classes).unwrap_or(f64::NEG_INFINITY);
+                // A tolerance for sums taken in another order.
+                if value >= observed - 1e-12 {
+                    as_high += 1;
+                }
             }
-        }
-        (1 + as_high) as f64 / (1 + options.permutations) as f64
-    });
+            (1 + as_high) as f64 / (1 + options.permutations) as f64
+        });
     LayerStats {
         mu_sem,
         mu_pop: pop.map(|p| p.0),
@@ -226,5 +243,9 @@ mod tests {
         assert_eq!(s, LayerStats::default());
         let s = layer_test(&[1.0, 0.0], 2, &[0], 1, &OPTIONS);
         assert_eq!((s.mu_sem, s.mu_pop, s.d, s.p), (None, None, None, None));
+        // One class of two: its cosine is defined (to f32 precision), the test is not.
+        let s = layer_test(&[1.0, 0.0, 0.6, 0.8], 2, &[0, 0], 1, &OPTIONS);
+        assert!((s.mu_sem.unwrap() - 0.6).abs() < 1e-6);
+        assert_eq!((s.d, s.p), (None, None));
     }
 }
