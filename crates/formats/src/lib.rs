@@ -16,6 +16,7 @@
 //! | [`novelty`] | `summary.json`, `novelty.parquet` rows | novelty (`cwm-stage-diagnose`) | diagnose, report |
 //! | [`diagnose`] | `summary.json` | diagnose (`cwm-stage-diagnose`) | report |
 //! | [`markov`] | `summary.json` | markov (`cwm-stage-probe`) | report |
+//! | [`edit`] | `summary.json` | edit (`cwm-stage-probe`) | report |
 //! | [`probe`] | `summary.json`, `probes.json` + `probes.bin` | probe (`cwm-stage-probe`) | report; editing (weights) |
 //! | [`bins`] | `summary.json` (and `bins.parquet`) | bin_prefix (`cwm-stage-evaluate`) | report |
 //! | [`select`] | `selected.json` | select (`cwm-stage-evaluate`) | train, report |
@@ -30,6 +31,7 @@
 pub mod bins;
 mod de;
 pub mod diagnose;
+pub mod edit;
 pub mod evaluate;
 pub mod float;
 pub mod fs;
