@@ -1,6 +1,6 @@
 //! The stage kinds of cwm that look inside the models: `probe`, where a model keeps the board
-//! (beyond-spec E9), and `markov`, whether its hidden state depends on the move order (E8,
-//! E10).
+//! (beyond-spec E9), `markov`, whether its hidden state depends on the move order (E8,
+//! E10), and `edit`, whether the board can be changed through the hidden state (E11).
 //!
 //! A linear probe per layer reads the 64 squares (and optionally the 11 other labels) from
 //! the hidden states a model computes at each step, with the layers numbered by
@@ -18,6 +18,8 @@
 //! * [`score`]: square accuracy, weighted precision/recall/F1, board-exact, by ply bin;
 //!   the majority baseline.
 //! * [`weights`]: the fitted probes on disk.
+//! * [`mod@edit`]: the `edit` stage: cases, edit vectors and what the edits did (E11);
+//!   [`EditStage`].
 //! * [`mod@markov`]: the `markov` stage: classes of transposed prefixes ([`markov::classes`])
 //!   and the per-layer test ([`markov::stats`]); [`MarkovStage`].
 //!
@@ -26,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod collect;
+pub mod edit;
 mod error;
 pub mod fit;
 pub mod linear;
@@ -40,11 +43,15 @@ use cwm_stage::StageKind;
 
 pub use error::ProbeError;
 pub use probe::{ProbeInputs, ProbeOptions, probe};
-pub use stage::{MarkovStage, ProbeStage};
+pub use stage::{EditStage, MarkovStage, ProbeStage};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));
 
 /// Every stage kind of this crate.
 pub fn stage_kinds() -> Vec<Box<dyn StageKind>> {
-    vec![Box::new(ProbeStage), Box::new(MarkovStage)]
+    vec![
+        Box::new(ProbeStage),
+        Box::new(MarkovStage),
+        Box::new(EditStage),
+    ]
 }

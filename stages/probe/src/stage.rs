@@ -7,6 +7,8 @@ use cwm_stage::{
 };
 
 use crate::collect::CollectOptions;
+use crate::edit::cases::CaseOptions;
+use crate::edit::{DEFAULT_ALPHAS, EditInputs, EditOptions, edit};
 use crate::fit::FitOptions;
 use crate::markov::classes::SwapOptions;
 use crate::markov::stats::TestOptions;
@@ -370,6 +372,176 @@ impl StageKind for MarkovStage {
         let summary = markov(
             ctx.input("model")?,
             ctx.input("data")?,
+            ctx.output("out")?,
+            &options,
+            ctx.progress(),
+            &log,
+            &|| ctx.is_cancelled(),
+        )?;
+        check_labels(ctx.params(), &summary.arch, &summary.size)
+    }
+}
+
+/// The `edit` stage kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EditStage;
+
+const EDIT_PARAMS: &[ParamSpec] = &[
+    ParamSpec::required(
+        "split",
+        ParamType::Str,
+        "label of the games' split (test_real, ...)",
+    ),
+    ParamSpec::with_default(
+        "cases",
+        ParamType::Int,
+        ParamDefault::Int(1000),
+        "cases per variant (next_move, persistent)",
+    ),
+    ParamSpec::with_default(
+        "horizon",
+        ParamType::Int,
+        ParamDefault::Int(8),
+        "plies after the edit over which persistence is followed (K)",
+    ),
+    ParamSpec::optional(
+        "alphas",
+        ParamType::List(&ParamType::Float),
+        "edit scales α, as multiples of the hidden state's norm (default 0.5, 1, 2, 4, 8)",
+    ),
+    ParamSpec::with_default(
+        "probe_set",
+        ParamType::Choice(&["id", "ood"]),
+        ParamDefault::Str("id"),
+        "which probes give the probe directions: fitted on training games (id) or random ones (ood)",
+    ),
+    ParamSpec::with_default(
+        "seed",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "seeds the cases drawn and the random directions",
+    ),
+    ParamSpec::with_default(
+        "batch_size",
+        ParamType::Int,
+        ParamDefault::Int(32),
+        "cases per forward pass of the model",
+    ),
+    ParamSpec::with_default(
+        "max_games",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "read at most this many games (0 = all)",
+    ),
+    DEVICE_PARAM,
+    cwm_stage::THREADS_PARAM,
+];
+
+const EDIT_INPUTS: &[InputSpec] = &[
+    MODEL_INPUT,
+    InputSpec::one(
+        "probes",
+        "a probe artifact of the same model (its weights give the probe directions)",
+    ),
+    InputSpec::one("data", "a tokenize artifact whose games give the cases"),
+];
+
+const EDIT_DECL: KindDecl = KindDecl::new(
+    "edit",
+    "removes a piece from a model's board by editing its hidden state, and follows the edit over later plies (beyond-spec E11)",
+)
+.params(EDIT_PARAMS)
+.extra_params()
+.inputs(InputsDecl::Named(EDIT_INPUTS))
+.threads(ThreadsDecl::Param)
+.gpus(GpusDecl::CudaParam("device"));
+
+/// The `alphas` param, or the default sweep.
+fn alphas(params: &Params) -> Result<Vec<f64>, StageError> {
+    let Some(cwm_stage::ParamValue::List(items)) = params.get("alphas") else {
+        return Ok(DEFAULT_ALPHAS.to_vec());
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            cwm_stage::ParamValue::Float(x) if x.is_finite() && *x >= 0.0 => Ok(*x),
+            cwm_stage::ParamValue::Int(i) if *i >= 0 => Ok(*i as f64),
+            other => Err(StageError::Param(format!(
+                "alphas: expected non-negative numbers, found {other:?}"
+            ))),
+        })
+        .collect::<Result<Vec<f64>, _>>()
+        .and_then(|list| match list.is_empty() {
+            true => Err(StageError::Param("alphas must not be empty".into())),
+            false => Ok(list),
+        })
+}
+
+fn edit_options(ctx: &StageContext) -> Result<EditOptions, StageError> {
+    let params = ctx.params();
+    let hash = |input: &str| ctx.input_list(input).first().map(|a| a.hash.clone());
+    Ok(EditOptions {
+        split: params.str("split")?.to_owned(),
+        cases: CaseOptions {
+            cases: positive(params, "cases")?,
+            horizon: positive(params, "horizon")?,
+            seed: params.uint("seed")?,
+            ep: cwm_chess::encode::EpConvention::Reference,
+        },
+        alphas: alphas(params)?,
+        probe_set: params.str("probe_set")?.to_owned(),
+        batch_size: positive(params, "batch_size")?,
+        max_games: params.uint("max_games")?,
+        device: ctx.assigned_device(params.str("device")?),
+        threads: ctx.threads(),
+        model_hash: hash("model"),
+        probe_hash: hash("probes"),
+    })
+}
+
+impl StageKind for EditStage {
+    fn decl(&self) -> &'static KindDecl {
+        &EDIT_DECL
+    }
+
+    fn fingerprint(&self) -> String {
+        cwm_stage::combine_fingerprints(&[
+            &cwm_stage::fingerprint_of_files(
+                crate::FILE_FINGERPRINTS,
+                &[
+                    "Cargo.toml",
+                    "src/lib.rs",
+                    "src/error.rs",
+                    "src/stage.rs",
+                    "src/probe.rs",
+                    "src/linear.rs",
+                    "src/sample.rs",
+                    "src/weights.rs",
+                    "src/markov/mod.rs",
+                    "src/edit/mod.rs",
+                    "src/edit/batch.rs",
+                    "src/edit/cases.rs",
+                    "src/edit/tally.rs",
+                    "src/edit/vectors.rs",
+                ],
+            ),
+            cwm_models::SOURCE_FINGERPRINT,
+            cwm_chess::SOURCE_FINGERPRINT,
+            &cwm_stage_data::shard_reader_fingerprint(),
+        ])
+    }
+
+    fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
+        let options = edit_options(ctx)?;
+        ctx.log().line(format!("device {}", options.device));
+        let log = |line: &str| ctx.log().line(line);
+        let inputs = EditInputs {
+            model: ctx.input("model")?,
+            probes: ctx.input("probes")?,
+            data: ctx.input("data")?,
+        };
+        let summary = edit(
+            inputs,
             ctx.output("out")?,
             &options,
             ctx.progress(),

@@ -9,6 +9,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
+use cwm_formats::edit::{
+    EditSummary, VARIANT_NEXT_MOVE, VARIANT_PERSISTENT, VECTOR_NONE, VECTOR_PATCH,
+};
 use cwm_formats::markov::{MarkovSummary, SET_NATURAL, SET_SWAP};
 use cwm_formats::probe::{ProbeSummary, SET_ID, SET_OOD, SUMMARY_FILE, SquareScores};
 use cwm_models::{Family, Model, ModelConfig, N_LABELS, Size, load_model, save_model};
@@ -22,7 +25,7 @@ use cwm_stage_probe::collect::{CollectOptions, collect};
 use cwm_stage_probe::sample::Sampling;
 use cwm_stage_probe::score::score;
 use cwm_stage_probe::weights::read_weights;
-use cwm_stage_probe::{MarkovStage, ProbeStage};
+use cwm_stage_probe::{EditStage, MarkovStage, ProbeStage};
 
 /// A temp directory removed on drop.
 struct Scratch(PathBuf);
@@ -440,4 +443,118 @@ fn the_markov_test_finds_swapped_orders_identical_at_the_embedding() {
     // A directory without games is an error naming it.
     let err = run_markov(dir, &model, &dir.join("nothing"), &dir.join("o3")).unwrap_err();
     assert!(err.contains("nothing"), "{err}");
+}
+
+/// Runs the edit stage with `probes` (a probe artifact) on `data` into `out`, the test's small
+/// settings and `alphas`.
+fn run_edit(
+    dir: &Path,
+    (model, probes, data): (&Path, &Path, &Path),
+    out: &Path,
+    alphas: &[f64],
+) -> Result<EditSummary, String> {
+    let mut params = Params::new();
+    params.insert("split", ParamValue::Str("test_real".into()));
+    for (name, value) in [
+        ("cases", 24),
+        ("horizon", 4),
+        ("seed", 3),
+        ("batch_size", 8),
+        ("max_games", 0),
+        ("threads", 1),
+    ] {
+        params.insert(name, ParamValue::Int(value));
+    }
+    let alphas = alphas.iter().map(|&a| ParamValue::Float(a)).collect();
+    params.insert("alphas", ParamValue::List(alphas));
+    params.insert("probe_set", ParamValue::Str("id".into()));
+    params.insert("device", ParamValue::Str("cpu".into()));
+    let inputs = BTreeMap::from([
+        ("model".to_owned(), artifacts(&[model])),
+        ("probes".to_owned(), artifacts(&[probes])),
+        ("data".to_owned(), artifacts(&[data])),
+    ]);
+    std::fs::create_dir_all(out).unwrap();
+    let ctx = StageContext::new(
+        "edit",
+        params,
+        inputs,
+        BTreeMap::from([("out".to_owned(), out.to_path_buf())]),
+        dir.to_path_buf(),
+        1,
+        Progress::disabled(),
+        StageLog::to_file(File::create(dir.join("edit-log.txt")).unwrap()),
+        Default::default(),
+    );
+    EditStage.run(&ctx).map_err(|e| e.to_string())?;
+    Ok(cwm_formats::read_json(&out.join(SUMMARY_FILE)).unwrap())
+}
+
+/// An edit scaled by α = 0 adds nothing: every α = 0 row must read exactly like the unedited
+/// `none` row, whatever its vector; the rows cover every variant, layer, vector and α.
+#[test]
+fn edits_at_alpha_zero_change_nothing_and_every_row_is_there() {
+    let scratch = Scratch::new("edit");
+    let dir = &scratch.0;
+    let data = data(dir);
+    let probes = dir.join("probes");
+    run(dir, &data, &probes, &["test_real"], &[&data.real]).unwrap();
+    let games = real_games(dir, 20);
+    let out = dir.join("out");
+    let inputs = (data.model.as_path(), probes.as_path(), games.as_path());
+    let s = run_edit(dir, inputs, &out, &[0.0, 8.0]).unwrap();
+    assert_eq!((s.arch.as_str(), s.horizon), ("slice", 4));
+    let cases: Vec<(&str, u64)> = s
+        .cases
+        .iter()
+        .map(|c| (c.variant.as_str(), c.cases))
+        .collect();
+    assert_eq!(cases, [(VARIANT_NEXT_MOVE, 24), (VARIANT_PERSISTENT, 24)]);
+    let layers = s.blocks as usize;
+    assert_eq!(
+        s.rows.len(),
+        2 * layers * (1 + 4 * 2),
+        "variant × layer × rows"
+    );
+    for row in &s.rows {
+        assert_eq!(row.cases, 24, "{row:?}");
+        let followed = if row.variant == VARIANT_PERSISTENT && row.vector != VECTOR_PATCH {
+            4
+        } else {
+            0
+        };
+        assert_eq!(row.persist_flip.len(), followed, "{row:?}");
+        assert_eq!(row.persist_exact.len(), followed, "{row:?}");
+        let none = s
+            .rows
+            .iter()
+            .find(|r| r.variant == row.variant && r.vector == VECTOR_NONE)
+            .unwrap();
+        if row.alpha == 0.0 {
+            assert_eq!(row.argmax_agreement, Some(1.0), "{row:?}");
+            assert_eq!(row.collateral, Some(0.0), "{row:?}");
+            assert_eq!(row.flip, none.flip, "{row:?}");
+        }
+        if row.alpha == 0.0 && row.vector != VECTOR_PATCH {
+            // Patch is graded against S_{t+3}, the others against the same target.
+            let (a, b) = (row.target_mass.unwrap(), none.target_mass.unwrap());
+            assert!((a - b).abs() < 1e-9, "{row:?}");
+        }
+    }
+    // An edit of 8 times the hidden state's norm changes some prediction.
+    let moved = s
+        .rows
+        .iter()
+        .filter(|r| r.alpha == 8.0)
+        .any(|r| r.argmax_agreement < Some(1.0));
+    assert!(moved, "{:?}", s.rows);
+    // Repeatable; probes that are not there are named.
+    assert_eq!(
+        run_edit(dir, inputs, &dir.join("again"), &[0.0, 8.0]).unwrap(),
+        s
+    );
+    let missing = dir.join("no-probes");
+    let inputs = (data.model.as_path(), missing.as_path(), games.as_path());
+    let err = run_edit(dir, inputs, &dir.join("o2"), &[1.0]).unwrap_err();
+    assert!(err.contains("no-probes"), "{err}");
 }

@@ -117,7 +117,7 @@ pub fn markov(
 }
 
 /// The games at `data` (at most `max_games`, 0 = all).
-fn read_games(data: &Path, max_games: u64) -> Result<Vec<TokenizedGame>, ProbeError> {
+pub(crate) fn read_games(data: &Path, max_games: u64) -> Result<Vec<TokenizedGame>, ProbeError> {
     let mut games = Vec::new();
     for game in ShardReader::open(data, 256)? {
         if max_games > 0 && games.len() as u64 >= max_games {
