@@ -120,6 +120,13 @@ pub struct EditRow {
     pub cases: u64,
     /// Share of cases whose prediction at t has s empty.
     pub flip: Option<f64>,
+    /// Cases whose unedited prediction at t has the right piece on s (the ones an edit can
+    /// flip; a weak model already predicts many squares empty).
+    #[serde(default)]
+    pub held: u64,
+    /// Share of the `held` cases whose prediction at t has s empty.
+    #[serde(default)]
+    pub flip_held: Option<f64>,
     /// Mean number of labels other than s whose prediction at t changed.
     pub collateral: Option<f64>,
     /// Share of cases predicting the target's 75 labels exactly at t (for
@@ -137,6 +144,10 @@ pub struct EditRow {
     /// counterfactual state `S'_{t+k}` (for [`VECTOR_NONE`]: equals the real `S_{t+k}`).
     #[serde(default)]
     pub persist_exact: Vec<Option<f64>>,
+    /// Variant B only, k = 1..=horizon: share of the `held` cases whose prediction at t + k
+    /// has s empty.
+    #[serde(default)]
+    pub persist_flip_held: Vec<Option<f64>>,
 }
 
 #[cfg(test)]
@@ -171,12 +182,15 @@ mod tests {
                 alpha: 0.5,
                 cases: 4,
                 flip: Some(0.25),
+                held: 2,
+                flip_held: Some(0.5),
                 collateral: Some(1.5),
                 target_exact: None,
                 target_mass: Some(0.75),
                 argmax_agreement: Some(0.5),
                 persist_flip: vec![Some(0.25), None],
                 persist_exact: vec![Some(0.0), Some(0.5)],
+                persist_flip_held: vec![Some(0.5), Some(0.0)],
             }],
         };
         let text = serde_json::to_string(&summary).unwrap();

@@ -518,6 +518,10 @@ fn edits_at_alpha_zero_change_nothing_and_every_row_is_there() {
     );
     for row in &s.rows {
         assert_eq!(row.cases, 24, "{row:?}");
+        assert!(row.held <= row.cases, "{row:?}");
+        if row.vector == VECTOR_NONE && row.held > 0 {
+            assert_eq!(row.flip_held, Some(0.0), "held means not empty: {row:?}");
+        }
         let followed = if row.variant == VARIANT_PERSISTENT && row.vector != VECTOR_PATCH {
             4
         } else {
@@ -525,6 +529,7 @@ fn edits_at_alpha_zero_change_nothing_and_every_row_is_there() {
         };
         assert_eq!(row.persist_flip.len(), followed, "{row:?}");
         assert_eq!(row.persist_exact.len(), followed, "{row:?}");
+        assert_eq!(row.persist_flip_held.len(), followed, "{row:?}");
         let none = s
             .rows
             .iter()

@@ -204,9 +204,10 @@ fn layer_probes(dir: &Path, set: &str, model: &Model) -> Result<Vec<LinearProbe>
         .collect()
 }
 
-/// One log line per variant: the strongest probe edit beside random at the same α.
+/// One log line per variant: the strongest probe edit (by flips among held cases) beside
+/// random at the same α.
 fn best_line(rows: &[EditRow]) -> String {
-    let flip = |r: &EditRow| r.flip.unwrap_or(0.0);
+    let flip = |r: &EditRow| r.flip_held.unwrap_or(0.0);
     let best = rows
         .iter()
         .filter(|r| r.vector.starts_with("probe"))
@@ -218,11 +219,12 @@ fn best_line(rows: &[EditRow]) -> String {
         .iter()
         .find(|r| r.vector == "random" && r.layer == best.layer && r.alpha == best.alpha);
     format!(
-        "  best: {} at {} α {}: flip {:.3}, argmax agreement {:.3}; random there: flip {:.3}",
+        "  best: {} at {} α {}: flip {:.3} of {} held, argmax agreement {:.3}; random there: flip {:.3}",
         best.vector,
         best.layer_name,
         best.alpha,
         flip(best),
+        best.held,
         best.argmax_agreement.unwrap_or(0.0),
         random.map_or(0.0, flip)
     )
@@ -298,7 +300,12 @@ impl Experiment<'_> {
                 later: &real,
             };
             let readout = &unedited.readouts[b];
-            none.add(case.square, &readout.labels[0], readout, grading);
+            none.add(
+                (case.square, case.piece),
+                &readout.labels[0],
+                readout,
+                grading,
+            );
         }
         for (tally, &(layer, vector, a)) in tallies.iter_mut().zip(edits) {
             let alpha = self.options.alphas[a];
@@ -316,12 +323,8 @@ impl Experiment<'_> {
                         later: &case.targets[1..],
                     },
                 };
-                tally.add(
-                    case.square,
-                    &unedited.readouts[b].labels[0],
-                    &edited[b],
-                    grading,
-                );
+                let at_t = &unedited.readouts[b].labels[0];
+                tally.add((case.square, case.piece), at_t, &edited[b], grading);
             }
         }
         Ok(())

@@ -42,13 +42,17 @@ pub struct Tally {
     persist_flip: Vec<u64>,
     persist_exact: Vec<u64>,
     followed: u64,
+    held: u64,
+    flip_held: u64,
+    persist_flip_held: Vec<u64>,
 }
 
 impl Tally {
-    /// Counts one case: `square` is s, `unedited` the unedited readout at t.
+    /// Counts one case: s is `square` and holds `piece`, `unedited` is the unedited readout
+    /// at t.
     pub fn add(
         &mut self,
-        square: usize,
+        (square, piece): (usize, u8),
         unedited: &StateLabels,
         edited: &Readout,
         grading: Grading<'_>,
@@ -67,16 +71,26 @@ impl Tally {
         self.target_exact += u64::from(at_t == grading.target);
         self.target_mass += mass(&edited.square_probs, grading.target);
         self.agreement += u64::from(at_t == unedited);
+        let held = unedited[square] == piece;
+        self.held += u64::from(held);
+        self.flip_held += u64::from(held && at_t[square] == EMPTY);
         if grading.later.is_empty() {
             return;
         }
         let k = grading.later.len();
-        self.persist_flip.resize(k, 0);
-        self.persist_exact.resize(k, 0);
+        for counts in [
+            &mut self.persist_flip,
+            &mut self.persist_exact,
+            &mut self.persist_flip_held,
+        ] {
+            counts.resize(k, 0);
+        }
         self.followed += 1;
         for (i, (predicted, expected)) in edited.labels[1..].iter().zip(grading.later).enumerate() {
-            self.persist_flip[i] += u64::from(predicted[square] == EMPTY);
+            let empty = predicted[square] == EMPTY;
+            self.persist_flip[i] += u64::from(empty);
             self.persist_exact[i] += u64::from(predicted == expected);
+            self.persist_flip_held[i] += u64::from(held && empty);
         }
     }
 
@@ -89,12 +103,10 @@ impl Tally {
         alpha: f64,
     ) -> EditRow {
         let share = |n: u64| ratio(n as f64, self.cases);
-        let later = |counts: &[u64]| -> Vec<Option<f64>> {
-            counts
-                .iter()
-                .map(|&n| ratio(n as f64, self.followed))
-                .collect()
+        let later = |counts: &[u64], of: u64| -> Vec<Option<f64>> {
+            counts.iter().map(|&n| ratio(n as f64, of)).collect()
         };
+        let held_followed = if self.followed > 0 { self.held } else { 0 };
         EditRow {
             variant: variant.to_owned(),
             layer,
@@ -103,12 +115,15 @@ impl Tally {
             alpha,
             cases: self.cases,
             flip: share(self.flip),
+            held: self.held,
+            flip_held: ratio(self.flip_held as f64, self.held),
             collateral: share(self.collateral),
             target_exact: share(self.target_exact),
             target_mass: ratio(self.target_mass, self.cases),
             argmax_agreement: share(self.agreement),
-            persist_flip: later(&self.persist_flip),
-            persist_exact: later(&self.persist_exact),
+            persist_flip: later(&self.persist_flip, self.followed),
+            persist_exact: later(&self.persist_exact, self.followed),
+            persist_flip_held: later(&self.persist_flip_held, held_followed),
         }
     }
 }
@@ -160,7 +175,7 @@ mod tests {
             target: &target,
             later: &later,
         };
-        tally.add(57, &unedited, &edited, grading);
+        tally.add((57, 2), &unedited, &edited, grading);
         let row = tally.row("persistent", (0, "embedding"), "probe", 2.0);
         assert_eq!(row.cases, 1);
         assert_eq!(row.flip, Some(1.0));
@@ -170,6 +185,15 @@ mod tests {
         assert_eq!(row.argmax_agreement, Some(0.0));
         assert_eq!(row.persist_flip, vec![Some(1.0), Some(0.0)]);
         assert_eq!(row.persist_exact, vec![Some(1.0), Some(0.0)]);
+        // The unedited model had the white knight on b1: the case is held.
+        assert_eq!((row.held, row.flip_held), (1, Some(1.0)));
+        assert_eq!(row.persist_flip_held, vec![Some(1.0), Some(0.0)]);
+        // A case the unedited model already had wrong is not held.
+        let mut wrong = unedited;
+        wrong[57] = EMPTY;
+        tally.add((57, 2), &wrong, &edited, grading);
+        let row = tally.row("persistent", (0, "embedding"), "probe", 2.0);
+        assert_eq!((row.cases, row.held, row.flip_held), (2, 1, Some(1.0)));
     }
 
     #[test]
