@@ -2,7 +2,7 @@
 //! the types of [`cwm_formats`] their writers write.
 //!
 //! An artifact is recognised by its producer's kind (`tokenize`, `train`, `select`,
-//! `evaluate`, `bin_prefix`, `diagnose`, `probe`, `markov`); an artifact of another kind (a `command` stage that wrote a
+//! `evaluate`, `bin_prefix`, `diagnose`, `probe`, `markov`, `edit`); an artifact of another kind (a `command` stage that wrote a
 //! compatible artifact, say) is recognised by the `"kind"` field of its `summary.json`, by a
 //! `selected.json` or by a `coverage.json`. Anything else is listed in `index.md` as ignored.
 //! A recognised artifact whose files are missing or malformed fails the report with the file
@@ -16,6 +16,7 @@ use arrow::datatypes::{ArrowPrimitiveType, Float64Type, UInt64Type};
 
 use cwm_formats::bins::BinPrefixSummary;
 use cwm_formats::diagnose::DiagnoseSummary;
+use cwm_formats::edit::EditSummary;
 use cwm_formats::evaluate::EvaluateSummary;
 use cwm_formats::markov::MarkovSummary;
 use cwm_formats::probe::ProbeSummary;
@@ -189,6 +190,19 @@ pub struct MarkovRun {
     pub summary: MarkovSummary,
 }
 
+/// An `edit` artifact's `summary.json` (E11).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EditRun {
+    /// The artifact.
+    pub origin: Origin,
+    /// Family.
+    pub family: Family,
+    /// Size.
+    pub size: Size,
+    /// The file.
+    pub summary: EditSummary,
+}
+
 /// Everything the report read, sorted by instance name within each kind.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inputs {
@@ -208,12 +222,14 @@ pub struct Inputs {
     pub probes: Vec<ProbeRun>,
     /// Path-independence tests.
     pub markov: Vec<MarkovRun>,
+    /// State-editing experiments.
+    pub edits: Vec<EditRun>,
     /// Every input artifact with the kind it was recognised as (`None`: ignored).
     pub listed: Vec<(Origin, Option<&'static str>)>,
 }
 
 /// The kinds the report reads.
-pub const KNOWN_KINDS: [&str; 8] = [
+pub const KNOWN_KINDS: [&str; 9] = [
     "tokenize",
     "train",
     "select",
@@ -222,6 +238,7 @@ pub const KNOWN_KINDS: [&str; 8] = [
     "diagnose",
     "probe",
     "markov",
+    "edit",
 ];
 
 /// Which kind of artifact this is, or `None` when the report does not use it.
@@ -277,6 +294,7 @@ pub fn read_inputs(artifacts: &[InputArtifact]) -> Result<Inputs, ReportError> {
             Some("diagnose") => inputs.diagnose.push(read_diagnose(origin, dir)?),
             Some("probe") => inputs.probes.push(read_probe(origin, dir)?),
             Some("markov") => inputs.markov.push(read_markov(origin, dir)?),
+            Some("edit") => inputs.edits.push(read_edit(origin, dir)?),
             _ => {}
         }
     }
@@ -409,6 +427,18 @@ fn read_markov(origin: Origin, dir: &Path) -> Result<MarkovRun, ReportError> {
     let summary: MarkovSummary = cwm_formats::read_json(&path)?;
     check_kind(&path, &summary.kind, cwm_formats::markov::KIND)?;
     Ok(MarkovRun {
+        family: parse_name(&path, "arch", &summary.arch)?,
+        size: parse_name(&path, "size", &summary.size)?,
+        summary,
+        origin,
+    })
+}
+
+fn read_edit(origin: Origin, dir: &Path) -> Result<EditRun, ReportError> {
+    let path = dir.join(SUMMARY_FILE);
+    let summary: EditSummary = cwm_formats::read_json(&path)?;
+    check_kind(&path, &summary.kind, cwm_formats::edit::KIND)?;
+    Ok(EditRun {
         family: parse_name(&path, "arch", &summary.arch)?,
         size: parse_name(&path, "size", &summary.size)?,
         summary,
@@ -552,6 +582,30 @@ mod tests {
         let other = text.replace("\"kind\":\"probe\"", "\"kind\":\"markov\"");
         std::fs::write(dir.join(SUMMARY_FILE), other).unwrap();
         let err = read_inputs(&[artifact(&dir, "probe")]).unwrap_err();
+        assert!(err.to_string().contains("kind"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn edit_summaries_are_read_with_their_family_and_size() {
+        let summary = crate::tables::edit_test_inputs().edits[0].summary.clone();
+        let dir = temp_dir("edit");
+        let text = serde_json::to_string(&summary).unwrap();
+        std::fs::write(dir.join(SUMMARY_FILE), &text).unwrap();
+        for kind in ["edit", "command"] {
+            let inputs = read_inputs(&[artifact(&dir, kind)]).unwrap();
+            assert_eq!(inputs.edits.len(), 1, "{kind}");
+            let run = &inputs.edits[0];
+            assert_eq!(
+                (run.family, run.size),
+                (summary.arch.parse().unwrap(), Size::D128)
+            );
+            assert_eq!(run.summary.rows.len(), summary.rows.len());
+            assert_eq!(inputs.listed[0].1, Some("edit"));
+        }
+        let other = text.replace("\"kind\":\"edit\"", "\"kind\":\"markov\"");
+        std::fs::write(dir.join(SUMMARY_FILE), other).unwrap();
+        let err = read_inputs(&[artifact(&dir, "edit")]).unwrap_err();
         assert!(err.to_string().contains("kind"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

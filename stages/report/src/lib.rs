@@ -1,8 +1,8 @@
 //! The `report` stage kind: the paper's tables and figures from any set of artifacts.
 //!
 //! * **Input** `artifacts` (many, optional): any artifacts, typically whole matrices of
-//!   `tokenize`, `train`, `select`, `evaluate`, `bin_prefix`, `diagnose`, `probe` and `markov`
-//!   instances. Each is recognised
+//!   `tokenize`, `train`, `select`, `evaluate`, `bin_prefix`, `diagnose`, `probe`, `markov`
+//!   and `edit` instances. Each is recognised
 //!   by its producer's kind (or the `"kind"` of its `summary.json`); others are listed and
 //!   ignored. See `README.md` for which table reads which artifact.
 //! * **Params**: `title`, `figures` (draw Figures 3 and 4, the training curves and the
@@ -278,6 +278,8 @@ fn build_tables(
     tables.extend(tables::probe_tables(inputs));
     tables::keep_chosen_floor_markov(inputs, &dropped_models);
     tables.extend(tables::markov_tables(inputs));
+    tables::keep_chosen_floor_edits(inputs, &dropped_models);
+    tables.extend(tables::edit_tables(inputs));
     match tables::predictor_table(inputs) {
         Ok(table) => tables.push(table),
         Err(why) if !inputs.evaluate.is_empty() => missing.push(why),
@@ -337,6 +339,7 @@ pub fn build_report(
         planned.extend(figures::beyond::beyond(&inputs));
         planned.extend(figures::beyond::probes(&inputs));
         planned.extend(figures::beyond::markov(&inputs));
+        planned.extend(figures::edit::persistence(&inputs));
         for plan in planned {
             check()?;
             figures::render(&plan.figure, out, &plan.id)?;

@@ -12,7 +12,8 @@
 //! * Inside the models ([`beyond::probes`], [`beyond::markov`]): per split,
 //!   `figure_beyond_probes_<split>` (the probes' square accuracy by relative depth ℓ/L, `id`
 //!   and, when fitted, `ood` probes in two panels) and `figure_beyond_markov_<split>` (Cohen's
-//!   d by relative depth, a panel per class set with classes).
+//!   d by relative depth, a panel per class set with classes); [`edit::persistence`]:
+//!   `figure_beyond_edit_<split>` (how long a probe edit keeps a piece off the board).
 //!
 //! A figure is first described as data ([`Figure`]: a grid of [`Panel`]s with their axes,
 //! bars, lines, marks and arrows), which the tests inspect, then drawn by [`render`]. Text is real
@@ -23,6 +24,7 @@ pub mod axis;
 pub mod beyond;
 pub mod curves;
 mod draw;
+pub mod edit;
 pub mod paper;
 
 use std::path::Path;

@@ -1,7 +1,8 @@
 //! The paper's Tables 4–12, built from the [`Inputs`] in the paper's layout, each followed by
 //! a comparison with the published values (`<id>_vs_paper`), then cwm's extra tables and the
 //! tables beyond the paper ([`beyond_tables`], from `diagnose` artifacts; [`probe_tables`], from
-//! `probe` artifacts; [`markov_tables`], from `markov` artifacts).
+//! `probe` artifacts; [`markov_tables`], from `markov` artifacts; [`edit_tables`], from `edit`
+//! artifacts).
 //!
 //! A table the inputs cannot fill is not written; [`paper_tables`] returns it as a
 //! [`MissingTable`] with the reason, for `index.md`.
@@ -9,6 +10,7 @@
 mod beyond;
 mod bins;
 mod draft;
+mod edit;
 mod evaluation;
 mod markov;
 mod predictors;
@@ -23,6 +25,10 @@ pub use cwm_formats::fs::file_safe;
 use cwm_models::{Family, Size};
 
 pub use self::beyond::{beyond_runs, beyond_tables, keep_chosen_floor_diagnoses};
+/// Edit experiments for the figure and input tests.
+#[cfg(test)]
+pub(crate) use self::edit::tests::inputs as edit_test_inputs;
+pub use self::edit::{edit_runs, edit_tables, keep_chosen_floor_edits};
 /// Markov tests for the figure tests.
 #[cfg(test)]
 pub(crate) use self::markov::tests::inputs as markov_test_inputs;
