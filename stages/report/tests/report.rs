@@ -200,6 +200,69 @@ impl Fixtures {
         );
     }
 
+    /// An edit artifact (E11) of `arch` d128 on `split` for the model `model`, edits at the
+    /// embedding only: the unedited rows, random, patch, probe and probe_diff, both variants,
+    /// the persistent ones followed over K = 2 plies. `strength` scales what the probe edits
+    /// do.
+    fn edit(&mut self, split: &str, arch: &str, model: &str, strength: f64) {
+        let round = |x: f64| (x * 1e4).round() / 1e4;
+        let mut rows = Vec::new();
+        for variant in ["persistent", "next_move"] {
+            for (vector, alpha) in [
+                ("probe", 8.0),
+                ("probe", 1.0),
+                ("random", 8.0),
+                ("random", 1.0),
+                ("probe_diff", 8.0),
+                ("patch", 1.0),
+                ("none", 0.0),
+            ] {
+                let held = match vector {
+                    "probe" => strength * alpha / 8.0,
+                    "probe_diff" => round(strength + 0.05),
+                    "random" => 0.01 * alpha,
+                    "patch" => 0.3,
+                    _ => 0.0,
+                };
+                let later = |a: f64, b: f64| -> Value {
+                    if variant == "persistent" && vector != "patch" {
+                        json!([round(held * a), round(held * b)])
+                    } else {
+                        json!([])
+                    }
+                };
+                // The unedited rows' exactness is their agreement with the real game.
+                let exact = match (variant, vector) {
+                    ("persistent", "none") => json!([0.9, 0.85]),
+                    _ => later(0.6, 0.4),
+                };
+                rows.push(
+                    json!({"variant": variant, "layer": 0, "layer_name": "embedding",
+                    "vector": vector, "alpha": alpha, "cases": 50, "held": 40,
+                    "flip": round(held * 0.8 + 0.02), "flip_held": held,
+                    "collateral": if vector == "none" { 0.0 } else { alpha * 0.25 },
+                    "target_exact": round(if vector == "patch" { 0.25 } else { held * 0.7 }),
+                    "target_mass": round(0.9 - held / 2.0),
+                    "argmax_agreement": round(if vector == "none" { 1.0 } else { 1.0 - held }),
+                    "persist_flip": later(0.7, 0.4), "persist_flip_held": later(0.8, 0.5),
+                    "persist_exact": exact}),
+                );
+            }
+        }
+        let summary = json!({"kind": "edit", "arch": arch, "size": "d128",
+            "model_hash": model, "probe_hash": "p", "probe_set": "id", "split": split,
+            "blocks": 1, "games": 20, "horizon": 2, "alphas": [1.0, 8.0],
+            "cases": [{"variant": "next_move", "cases": 50, "rejected_steps": 0},
+                      {"variant": "persistent", "cases": 50, "rejected_steps": 3}],
+            "rows": rows});
+        self.add(
+            &format!("edit_{split}[arch={arch},size=d128]"),
+            "edit",
+            &[],
+            &[("summary.json", pretty(&summary))],
+        );
+    }
+
     fn build(&self, out: &Path, options: &ReportOptions) -> Result<ReportSummary, ReportError> {
         build_report(
             &self.artifacts,
@@ -795,6 +858,51 @@ fn figures_are_written_as_svg_and_png() {
     }
 }
 
+/// An edit artifact gives its table and its figure, both on the page and in the index.
+#[test]
+fn edit_artifacts_reach_the_page_and_the_index() {
+    let mut f = Fixtures::new("edit");
+    f.edit("test_real", "slice", "model-slice", 0.5);
+    f.edit("test_real", "transformer", "model-transformer", 0.9);
+    let out = TempDir::new("edit-out");
+    let options = ReportOptions {
+        param_counts: false,
+        ..ReportOptions::default()
+    };
+    let summary = f.build(&out.0, &options).unwrap();
+    let tables: Vec<&str> = summary.tables.iter().map(|t| t.id.as_str()).collect();
+    assert!(tables.contains(&"beyond_edit_test_real"), "{tables:?}");
+    let figures: Vec<&str> = summary.figures.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(figures, ["figure_beyond_edit_test_real"]);
+    let html = std::fs::read_to_string(out.0.join("report.html")).unwrap();
+    for id in ["beyond_edit_test_real", "figure_beyond_edit_test_real"] {
+        assert!(
+            html.contains(&format!(" id=\"{id}\">")),
+            "{id} not on the page"
+        );
+        assert!(
+            html.contains(&format!("href=\"#{id}\"")),
+            "{id} not in the contents"
+        );
+    }
+    let index = std::fs::read_to_string(out.0.join("index.md")).unwrap();
+    assert!(index.contains("[md](beyond_edit_test_real.md)"), "{index}");
+    assert!(
+        index.contains("[svg](figure_beyond_edit_test_real.svg)"),
+        "{index}"
+    );
+    // probe_diff flips the most held cases in both models; the legend names the choice.
+    let svg = std::fs::read_to_string(out.0.join("figure_beyond_edit_test_real.svg")).unwrap();
+    for label in [
+        "Transformer d128/l1: probe_diff, embedding, α 8",
+        "SLiCE d128/l1: probe_diff, embedding, α 8",
+    ] {
+        assert!(svg.contains(label), "legend `{label}` missing");
+    }
+    let png = std::fs::read(out.0.join("figure_beyond_edit_test_real.png")).unwrap();
+    assert!(png_size(&png).0 > 0);
+}
+
 /// A figure point as (family, size, parameters, loss, ExactState).
 type Row = (Family, Size, u64, f64, f64);
 
@@ -1161,10 +1269,20 @@ fn a_floor_selection_keeps_only_the_chosen_runs_evaluation() {
     }
     let chosen = choice_of(&f, 3, 1);
     add_select(&mut f, "select_floor", vec![chosen]);
+    // The edit experiments follow the evaluations: only the chosen floor's stays.
+    f.edit("test_real", "slice", &floor_01, 0.9);
+    f.edit("test_real", "slice", &floor_001, 0.5);
     let out = TempDir::new("floors-out");
     let summary = f.build(&out.0, &quick()).unwrap();
     assert_eq!(summary.inputs.evaluate.len(), 1);
     assert_eq!(summary.inputs.evaluate[0].origin.instance, "eval_b");
+    let edits: Vec<Option<&str>> = summary
+        .inputs
+        .edits
+        .iter()
+        .map(|e| e.summary.model_hash.as_deref())
+        .collect();
+    assert_eq!(edits, [Some(floor_001.as_str())]);
     assert_eq!(summary.notes.len(), 1, "{:?}", summary.notes);
     assert!(
         summary.notes[0].starts_with("eval_a is left out")
@@ -1319,7 +1437,7 @@ fn add_select(f: &mut Fixtures, producer: &str, choices: Vec<Value>) {
 /// `full_fixtures` and what the paper's tables read beyond it: a first-stage selection that
 /// carries a second-best run, a Gated DeltaNet floor pair with tiny losses and the floor
 /// selection that covers it, an ablation variant with a huge random-uniform loss, a further
-/// split, and Transformer prefix bins.
+/// split, Transformer prefix bins, and two state-editing experiments.
 fn paper_fixtures() -> Fixtures {
     let mut f = full_fixtures();
     // Artifacts 2 and 3 are the first-stage Transformer runs; 3 has the lower loss.
@@ -1390,6 +1508,9 @@ fn paper_fixtures() -> Fixtures {
             (0, 0.0),
         ],
     );
+    // State editing (E11) on the real test split, beyond the paper.
+    f.edit("test_real", "transformer", "model-transformer", 0.9);
+    f.edit("test_real", "slice", "model-slice", 0.5);
     f
 }
 

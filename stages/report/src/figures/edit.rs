@@ -101,11 +101,13 @@ type Curves = Vec<(usize, Vec<(f64, f64)>, Vec<(f64, f64)>)>;
 
 fn panel(caption: &str, y_title: &str, curves: &Curves) -> Panel {
     let all = || curves.iter().flat_map(|(_, a, b)| a.iter().chain(b));
-    let x = Axis::from_zero(
+    let mut x = Axis::from_zero(
         "Plies after the edited step (k)",
         all().map(|p| p.0),
         short_number,
     );
+    // k counts plies: no tick between two.
+    x.ticks.retain(|(t, _)| t.fract() == 0.0);
     let y = Axis::percent(y_title, all().map(|p| p.1).chain([0.0]));
     let mut panel = Panel::new(caption, x, y);
     for (model, solid, dashed) in curves {
@@ -185,11 +187,13 @@ fn figure(split: &str, chosen: &[(usize, &EditRun, Chosen<'_>)]) -> Figure {
         caption: format!(
             "State editing on {split}, persistent cases: a piece that stays put over the next \
              plies is removed by adding a probe direction to the hidden state at step t only \
-             (k = 0); per model the probe edit with the most flips among the cases the \
-             unedited model had right. (a) Share of those cases still predicting the square \
-             empty k plies later, beside a random edit of the same norm; (b) share predicting \
-             the engine's counterfactual state exactly, beside the unedited model's agreement \
-             with the real game. Undefined values break a line."
+             (k = 0); per model the probe edit (probe or probe_diff, any layer and α) with \
+             the most flips among the cases the unedited model had right, ties to the smaller \
+             α, named in the legend by its vector, layer and α. (a) Share of those cases \
+             still predicting the square empty k plies later, beside a random edit of the \
+             same norm; (b) share predicting the engine's counterfactual state exactly, beside \
+             the unedited model's agreement with the real game. Undefined values break a \
+             line."
         ),
         legend,
         rows: vec![vec![
@@ -236,11 +240,40 @@ mod tests {
             a.lines[0].points,
             vec![(0.0, 100.0), (1.0, 50.0), (2.0, 50.0)]
         );
+        let ticks: Vec<f64> = a.x.ticks.iter().map(|t| t.0).collect();
+        assert_eq!(ticks, [0.0, 1.0, 2.0], "whole plies only");
         assert_eq!(b.lines.len(), 4);
         assert!(
             b.lines[1].points[0].1.is_nan(),
             "the unedited line starts at k = 1"
         );
+    }
+
+    #[test]
+    fn the_figure_renders() {
+        let planned = persistence(&crate::tables::edit_test_inputs());
+        let dir = std::env::temp_dir().join(format!("cwm-report-edit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        crate::figures::render(&planned[0].figure, &dir, &planned[0].id).unwrap();
+        let svg = std::fs::read_to_string(dir.join(format!("{}.svg", planned[0].id))).unwrap();
+        assert!(svg.contains("<svg") && !svg.contains("NaN\""), "{svg}");
+        let png = std::fs::read(dir.join(format!("{}.png", planned[0].id))).unwrap();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 1000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn odd_rows_draw_no_nan_and_do_not_panic() {
+        let mut inputs = crate::tables::edit_test_inputs();
+        for row in &mut inputs.edits[0].summary.rows {
+            row.alpha = f64::NAN;
+            row.persist_exact.clear();
+            row.flip_held = row.flip_held.map(|_| f64::NAN);
+        }
+        let planned = persistence(&inputs);
+        // The first model (SLiCE here, second in order) has nothing to draw; the other stays.
+        assert_eq!(planned[0].figure.legend.len(), 2);
     }
 
     #[test]

@@ -8,39 +8,48 @@ use std::collections::BTreeSet;
 
 use cwm_formats::edit::{EditRow, VARIANT_NEXT_MOVE, VARIANT_PERSISTENT, VECTORS};
 
-use super::{cell_name, file_safe, paper_rank, sources, split_order};
+use super::{
+    drop_models, file_safe, model_cell, number_cell as number, paper_rank, share_cell as pct,
+    sources, split_order,
+};
 use crate::inputs::{EditRun, Inputs};
 use crate::table::{Cell, Column, Table};
 
 /// How to read the table.
 const NOTE: &str = "An edit adds α·‖h‖·v/‖v‖ to the hidden state h at one layer and at the \
                     case's step t only. Cases: next_move, s is the from-square of the game's \
-                    next move; persistent, s holds a piece that stays put over the next K \
-                    plies, which stay legal without it (the engine's counterfactual game). \
-                    Vectors: none (the unedited model), random (Gaussian), patch (the hidden \
-                    state three plies later, graded against the state there), probe (minus the \
+                    next move (the probing paper's choice); persistent, s holds a piece that \
+                    stays put over the next K plies, which stay legal without it (the \
+                    engine's counterfactual game). Vectors: none (the unedited model), random \
+                    (Gaussian), patch (the hidden state three plies later, so its exactness \
+                    is graded against S_{t+3}, not against the target), probe (minus the \
                     probe's weights for the piece on s), probe_diff (the probe's weights for \
-                    empty minus those for the piece). Read probe against random at the same α \
-                    and layer: the norm is the same, only the direction differs.";
+                    empty minus those for the piece).";
+/// The controls.
+const CONTROL_NOTE: &str = "None and random are the controls beside probe: read probe \
+                            against random at the same α and layer, where the norm is the \
+                            same and only the direction differs. The probing paper's contrast \
+                            is in argmax agreement with the unedited prediction: 98.75% after \
+                            random edits, 0.05% after probe edits.";
 /// What the columns count.
 const COLUMN_NOTE: &str = "Flip: s predicted empty at t; held: cases whose unedited \
-                           prediction had the right piece on s. Collateral: other labels whose \
-                           prediction changed. Target mass: mean over the 64 squares of the \
-                           probability of the target's class. Argmax agreement: all 75 \
-                           predicted labels as unedited. At t+K (persistent cases): s still \
-                           predicted empty among the held cases, and the prediction equal to \
-                           the counterfactual state (for none: to the real one).";
+                           prediction had the right piece on s. Collateral: mean number of \
+                           other labels whose prediction changed. Target mass: mean over the \
+                           64 squares of the probability of the target's class. Argmax \
+                           agreement: all 75 predicted labels as unedited. At t+K (persistent \
+                           cases, every vector but patch): s still predicted empty, over all \
+                           cases and over the held ones, and the prediction equal to the \
+                           counterfactual state (for none: to the real one).";
 /// What `–` means here.
 const DASH_NOTE: &str = "`–`: not defined (no case, no held case, or not followed).";
 
 /// Leaves out of `inputs.edits` the experiments on the models in `dropped_models`.
 pub fn keep_chosen_floor_edits(inputs: &mut Inputs, dropped_models: &BTreeSet<String>) {
-    inputs.edits.retain(|e| {
-        !e.summary
-            .model_hash
-            .as_ref()
-            .is_some_and(|h| dropped_models.contains(h))
-    });
+    drop_models(
+        &mut inputs.edits,
+        |e| e.summary.model_hash.as_ref(),
+        dropped_models,
+    );
 }
 
 /// The experiments of each split, splits in report order, runs in the paper's order.
@@ -86,15 +95,13 @@ fn row_order(row: &EditRow) -> (usize, u32, usize, u64) {
     (variant, row.layer, vector, alpha)
 }
 
-fn number(value: Option<f64>, decimals: usize) -> Cell {
-    match value {
-        Some(v) if v.is_finite() => Cell::with_raw(format!("{v:.decimals$}"), format!("{v}")),
-        _ => Cell::missing(),
+/// α as the stage was given it (`0.5`, `8`), never rounded; the missing marker when not finite.
+fn alpha_cell(alpha: f64) -> Cell {
+    if alpha.is_finite() {
+        Cell::with_raw(crate::format::decimal(alpha), format!("{alpha}"))
+    } else {
+        Cell::missing()
     }
-}
-
-fn pct(value: Option<f64>) -> Cell {
-    number(value.map(|v| v * 100.0), 2)
 }
 
 fn count(n: u64) -> Cell {
@@ -104,14 +111,11 @@ fn count(n: u64) -> Cell {
 fn row_cells(run: &EditRun, row: &EditRow) -> Vec<Cell> {
     let last = |values: &[Option<f64>]| values.last().copied().flatten();
     vec![
-        Cell::with_raw(
-            cell_name(run.family, run.size),
-            format!("{}-{}", run.family.name(), run.size.name()),
-        ),
+        model_cell(run.family, run.size),
         Cell::text(row.variant.clone()),
         Cell::text(row.layer_name.clone()),
         Cell::text(row.vector.clone()),
-        number(Some(row.alpha), 1),
+        alpha_cell(row.alpha),
         count(row.cases),
         count(row.held),
         pct(row.flip),
@@ -120,6 +124,7 @@ fn row_cells(run: &EditRun, row: &EditRow) -> Vec<Cell> {
         pct(row.target_exact),
         number(row.target_mass, 3),
         pct(row.argmax_agreement),
+        pct(last(&row.persist_flip)),
         pct(last(&row.persist_flip_held)),
         pct(last(&row.persist_exact)),
     ]
@@ -140,6 +145,7 @@ fn table(split: &str, runs: &[&EditRun]) -> Table {
         Column::right("Target exact (%)"),
         Column::right("Target mass"),
         Column::right("Argmax agreement (%)"),
+        Column::right("Empty at t+K (%)"),
         Column::right("Empty at t+K, held (%)"),
         Column::right("Exact at t+K (%)"),
     ];
@@ -165,6 +171,7 @@ fn table(split: &str, runs: &[&EditRun]) -> Table {
         rows,
         notes: vec![
             NOTE.to_owned(),
+            CONTROL_NOTE.to_owned(),
             COLUMN_NOTE.to_owned(),
             DASH_NOTE.to_owned(),
         ],
@@ -207,7 +214,7 @@ pub(crate) mod tests {
             target_exact: Some(0.0),
             target_mass: Some(0.5),
             argmax_agreement: Some(1.0 - strength),
-            persist_flip: later(strength / 2.0),
+            persist_flip: later(strength / 4.0),
             persist_exact: later(0.0),
             persist_flip_held: later(strength / 2.0),
         }
@@ -282,14 +289,14 @@ pub(crate) mod tests {
         assert_eq!(
             keys,
             [
-                expect("next_move", "none", "0.0"),
-                expect("next_move", "random", "1.0"),
-                expect("next_move", "random", "8.0"),
-                expect("next_move", "patch", "1.0"),
-                expect("next_move", "probe", "1.0"),
+                expect("next_move", "none", "0"),
+                expect("next_move", "random", "1"),
+                expect("next_move", "random", "8"),
+                expect("next_move", "patch", "1"),
+                expect("next_move", "probe", "1"),
             ]
         );
-        assert_eq!(texts(&t.rows[5])[3..5], ["probe", "8.0"]);
+        assert_eq!(texts(&t.rows[5])[3..5], ["probe", "8"]);
         assert!(texts(&t.rows[12])[0].starts_with("SLiCE"));
     }
 
@@ -300,14 +307,29 @@ pub(crate) mod tests {
         assert_eq!(
             texts(&t.rows[5])[5..],
             [
-                "10", "8", "100.00", "100.00", "8.00", "0.00", "0.500", "0.00", "–", "–"
+                "10", "8", "100.00", "100.00", "8.00", "0.00", "0.500", "0.00", "–", "–", "–"
             ]
         );
         // Persistent: none (no held case), then probe at α = 8 followed to t+K.
         assert_eq!(texts(&t.rows[6])[6..9], ["0", "5.00", "–"]);
-        assert_eq!(texts(&t.rows[11])[13..], ["50.00", "0.00"]);
+        assert_eq!(texts(&t.rows[11])[13..], ["25.00", "50.00", "0.00"]);
         // Patch is not followed.
-        assert_eq!(texts(&t.rows[9])[13..], ["–", "–"]);
+        assert_eq!(texts(&t.rows[9])[13..], ["–", "–", "–"]);
+    }
+
+    #[test]
+    fn odd_values_print_the_missing_marker() {
+        let mut inputs = inputs();
+        let mut odd = row("other", "other", f64::NAN);
+        odd.flip = Some(f64::INFINITY);
+        odd.collateral = None;
+        odd.persist_exact = vec![None];
+        inputs.edits[0].summary.rows.push(odd);
+        let t = &edit_tables(&inputs)[0];
+        // SLiCE comes second; an unknown variant sorts after the known ones.
+        let last = texts(t.rows.last().unwrap());
+        assert_eq!(last[1..5], ["other", "embedding", "other", "–"]);
+        assert_eq!([&last[7], &last[9], &last[15]], ["–", "–", "–"]);
     }
 
     #[test]

@@ -13,7 +13,10 @@ use std::collections::BTreeSet;
 
 use cwm_formats::markov::{ClassSet, LayerTest};
 
-use super::{cell_name, file_safe, paper_rank, sources, split_order};
+use super::{
+    drop_models, file_safe, model_cell, number_cell as number, paper_rank, share_cell as pct,
+    sources, split_order,
+};
 use crate::inputs::{Inputs, MarkovRun};
 use crate::table::{Cell, Column, Table};
 
@@ -30,12 +33,11 @@ const DASH_NOTE: &str = "`–`: not defined (no class with a pair of members).";
 
 /// Leaves out of `inputs.markov` the tests of the models in `dropped_models`.
 pub fn keep_chosen_floor_markov(inputs: &mut Inputs, dropped_models: &BTreeSet<String>) {
-    inputs.markov.retain(|m| {
-        !m.summary
-            .model_hash
-            .as_ref()
-            .is_some_and(|h| dropped_models.contains(h))
-    });
+    drop_models(
+        &mut inputs.markov,
+        |m| m.summary.model_hash.as_ref(),
+        dropped_models,
+    );
 }
 
 /// The tests of each split, splits in report order, runs in the paper's order.
@@ -63,24 +65,6 @@ pub fn markov_tables(inputs: &Inputs) -> Vec<Table> {
         .collect()
 }
 
-fn number(value: Option<f64>, decimals: usize) -> Cell {
-    match value {
-        Some(v) if v.is_finite() => Cell::with_raw(format!("{v:.decimals$}"), format!("{v}")),
-        _ => Cell::missing(),
-    }
-}
-
-fn pct(value: Option<f64>) -> Cell {
-    number(value.map(|v| v * 100.0), 2)
-}
-
-fn model_cell(m: &MarkovRun) -> Cell {
-    Cell::with_raw(
-        cell_name(m.family, m.size),
-        format!("{}-{}", m.family.name(), m.size.name()),
-    )
-}
-
 fn depth_cell(layer: &LayerTest, blocks: u32) -> Cell {
     match super::relative_depth(layer.layer, blocks) {
         Some(d) => Cell::with_raw(format!("{d:.2}"), format!("{d}")),
@@ -90,7 +74,7 @@ fn depth_cell(layer: &LayerTest, blocks: u32) -> Cell {
 
 fn layer_row(m: &MarkovRun, set: &ClassSet, layer: &LayerTest) -> Vec<Cell> {
     vec![
-        model_cell(m),
+        model_cell(m.family, m.size),
         Cell::text(set.name.clone()),
         Cell::with_raw(set.classes.to_string(), set.classes.to_string()),
         Cell::text(layer.layer_name.clone()),
@@ -161,7 +145,7 @@ fn outputs(split: &str, runs: &[&MarkovRun]) -> Table {
                     _ => None,
                 };
                 vec![
-                    model_cell(m),
+                    model_cell(m.family, m.size),
                     Cell::text(set.name.clone()),
                     Cell::with_raw(set.classes.to_string(), set.classes.to_string()),
                     Cell::with_raw(set.members.to_string(), set.members.to_string()),

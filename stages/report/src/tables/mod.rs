@@ -138,6 +138,38 @@ pub(crate) fn cell_name(family: Family, size: Size) -> String {
     format!("{} {}", paper_name(family), size_label(size))
 }
 
+/// A model's cell in the tables beyond the paper: `Transformer d128/l1`, raw
+/// `transformer-d128`.
+pub(crate) fn model_cell(family: Family, size: Size) -> Cell {
+    Cell::with_raw(
+        cell_name(family, size),
+        format!("{}-{}", family.name(), size.name()),
+    )
+}
+
+/// `value` with `decimals` decimals (the full value raw), or the missing marker when
+/// undefined.
+pub(crate) fn number_cell(value: Option<f64>, decimals: usize) -> Cell {
+    match value {
+        Some(v) if v.is_finite() => Cell::with_raw(format!("{v:.decimals$}"), format!("{v}")),
+        _ => Cell::missing(),
+    }
+}
+
+/// A fraction as a percentage with two decimals, or the missing marker.
+pub(crate) fn share_cell(value: Option<f64>) -> Cell {
+    number_cell(value.map(|v| v * 100.0), 2)
+}
+
+/// Leaves out of `runs` those of a model in `dropped_models` (by the model artifact's hash).
+pub(crate) fn drop_models<R>(
+    runs: &mut Vec<R>,
+    model_hash: impl Fn(&R) -> Option<&String>,
+    dropped_models: &BTreeSet<String>,
+) {
+    runs.retain(|r| !model_hash(r).is_some_and(|h| dropped_models.contains(h)));
+}
+
 /// Split labels in report order: real-data splits, then random-uniform ones, then the rest,
 /// alphabetically within each group.
 pub fn split_order(splits: impl IntoIterator<Item = String>) -> Vec<String> {

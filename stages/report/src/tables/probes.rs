@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use cwm_formats::probe::{ProbeResult, ProbeSummary, SET_ID, SET_OOD, SquareScores};
 
-use super::{cell_name, file_safe, paper_rank, sources, split_order};
+use super::{file_safe, model_cell, paper_rank, share_cell as pct, sources, split_order};
 use crate::inputs::{Inputs, ProbeRun};
 use crate::table::{Cell, Column, Table};
 
@@ -29,12 +29,11 @@ const DASH_NOTE: &str = "`–`: not defined (no vectors), or that probe set was 
 /// hashes of the floors no selection chose), so that the probe tables show the same models as
 /// the test tables.
 pub fn keep_chosen_floor_probes(inputs: &mut Inputs, dropped_models: &BTreeSet<String>) {
-    inputs.probes.retain(|p| {
-        !p.summary
-            .model_hash
-            .as_ref()
-            .is_some_and(|h| dropped_models.contains(h))
-    });
+    super::drop_models(
+        &mut inputs.probes,
+        |p| p.summary.model_hash.as_ref(),
+        dropped_models,
+    );
 }
 
 /// The probe runs scored on each split, splits in report order, runs in the paper's order of
@@ -86,22 +85,6 @@ pub fn relative_depth(layer: u32, blocks: u32) -> Option<f64> {
     (layer <= blocks && blocks > 0).then(|| f64::from(layer) / f64::from(blocks))
 }
 
-fn pct(value: Option<f64>) -> Cell {
-    match value {
-        Some(v) if v.is_finite() => {
-            Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
-        }
-        _ => Cell::missing(),
-    }
-}
-
-fn model_cell(p: &ProbeRun) -> Cell {
-    Cell::with_raw(
-        cell_name(p.family, p.size),
-        format!("{}-{}", p.family.name(), p.size.name()),
-    )
-}
-
 fn scores_of(r: Option<&ProbeResult>) -> Option<&SquareScores> {
     r.map(|r| &r.scores)
 }
@@ -131,7 +114,7 @@ fn layers(split: &str, runs: &[&ProbeRun]) -> Table {
                 |d| Cell::with_raw(format!("{d:.2}"), format!("{d}")),
             );
             rows.push(vec![
-                model_cell(p),
+                model_cell(p.family, p.size),
                 Cell::text(name),
                 depth,
                 pct(id.and_then(|x| x.square_acc)),
@@ -193,7 +176,7 @@ fn baselines(split: &str, runs: &[&ProbeRun]) -> Table {
             let [id_layer, id_acc] = best(SET_ID);
             let [ood_layer, ood_acc] = best(SET_OOD);
             Some(vec![
-                model_cell(p),
+                model_cell(p.family, p.size),
                 Cell::with_raw(b.vectors.to_string(), b.vectors.to_string()),
                 pct(b.head.square_acc),
                 pct(b.head.board_exact),
