@@ -211,6 +211,7 @@ fn check_report_tables(report: &Path) {
 /// floor only), with the columns the diagnostics promise; true to the diagnose summaries.
 fn check_beyond_tables(report: &Path) {
     check_markov_tables(report);
+    check_edit_table(report);
     let predictors = std::fs::read_to_string(report.join("beyond_predictors.csv")).unwrap();
     assert_eq!(
         predictors.lines().count(),
@@ -347,6 +348,67 @@ fn check_markov_tables(report: &Path) {
         let figure = report.join(format!("figure_beyond_markov_test_real.{ext}"));
         assert!(figure.is_file(), "{} is missing", figure.display());
     }
+}
+
+/// The state-editing table (real test games): every chosen model, both case variants, the
+/// none, random, patch, probe and probe_diff rows at every α; the unedited rows agree with
+/// themselves; the figure is drawn when some probe edit had a case to flip.
+fn check_edit_table(report: &Path) {
+    let path = report.join("beyond_edit_test_real.csv");
+    let csv = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = csv_fields(csv.lines().next().unwrap());
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("{name} in {header:?}"))
+    };
+    let (cases, vector, held, agreement) = (
+        column("Cases"),
+        column("Vector"),
+        column("Held"),
+        column("Argmax agreement (%)"),
+    );
+    let rows: Vec<Vec<String>> = csv.lines().skip(1).map(csv_fields).collect();
+    let models: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(models.len(), 7, "{csv}");
+    // One block at d128: per model 2 variants × (none + 4 vectors × 5 α).
+    assert_eq!(rows.len(), 7 * 2 * 21, "{csv}");
+    let mut flippable = false;
+    for row in &rows {
+        assert!(
+            ["next_move", "persistent"].contains(&row[cases].as_str()),
+            "{row:?}"
+        );
+        if row[vector] == "none" {
+            assert_eq!(row[agreement].parse::<f64>(), Ok(100.0), "{row:?}");
+        }
+        let held: u64 = row[held].parse().unwrap();
+        flippable |= row[cases] == "persistent" && row[vector].starts_with("probe") && held > 0;
+    }
+    for ext in ["svg", "png"] {
+        let figure = report.join(format!("figure_beyond_edit_test_real.{ext}"));
+        assert_eq!(figure.is_file(), flippable, "{}", figure.display());
+    }
+}
+
+/// The fields of one CSV line, with RFC 4180 quoting (`"a, b"`, `""` for a quote).
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(std::mem::take(&mut field)),
+            _ => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
 }
 
 #[test]

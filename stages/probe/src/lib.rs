@@ -37,6 +37,8 @@ pub mod probe;
 pub mod sample;
 pub mod score;
 mod stage;
+#[cfg(test)]
+mod test_games;
 pub mod weights;
 
 use cwm_stage::StageKind;

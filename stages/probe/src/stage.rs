@@ -196,26 +196,15 @@ impl StageKind for ProbeStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[
-            &cwm_stage::fingerprint_of_files(
-                crate::FILE_FINGERPRINTS,
-                &[
-                    "Cargo.toml",
-                    "src/lib.rs",
-                    "src/error.rs",
-                    "src/stage.rs",
-                    "src/probe.rs",
-                    "src/collect.rs",
-                    "src/sample.rs",
-                    "src/fit.rs",
-                    "src/linear.rs",
-                    "src/score.rs",
-                    "src/weights.rs",
-                ],
-            ),
-            cwm_models::SOURCE_FINGERPRINT,
-            &cwm_stage_data::shard_or_jsonl_reader_fingerprint(),
-        ])
+        kind_fingerprint(
+            &[
+                "src/collect.rs",
+                "src/fit.rs",
+                "src/score.rs",
+                "src/weights.rs",
+            ],
+            &[&cwm_stage_data::shard_or_jsonl_reader_fingerprint()],
+        )
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -342,27 +331,18 @@ impl StageKind for MarkovStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[
-            &cwm_stage::fingerprint_of_files(
-                crate::FILE_FINGERPRINTS,
-                &[
-                    "Cargo.toml",
-                    "src/lib.rs",
-                    "src/error.rs",
-                    "src/stage.rs",
-                    "src/probe.rs",
-                    "src/collect.rs",
-                    "src/linear.rs",
-                    "src/sample.rs",
-                    "src/markov/mod.rs",
-                    "src/markov/classes.rs",
-                    "src/markov/stats.rs",
-                ],
-            ),
-            cwm_models::SOURCE_FINGERPRINT,
-            cwm_chess::SOURCE_FINGERPRINT,
-            &cwm_stage_data::shard_reader_fingerprint(),
-        ])
+        kind_fingerprint(
+            &[
+                "src/collect.rs",
+                "src/markov/mod.rs",
+                "src/markov/classes.rs",
+                "src/markov/stats.rs",
+            ],
+            &[
+                cwm_chess::SOURCE_FINGERPRINT,
+                &cwm_stage_data::shard_reader_fingerprint(),
+            ],
+        )
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -505,30 +485,21 @@ impl StageKind for EditStage {
     }
 
     fn fingerprint(&self) -> String {
-        cwm_stage::combine_fingerprints(&[
-            &cwm_stage::fingerprint_of_files(
-                crate::FILE_FINGERPRINTS,
-                &[
-                    "Cargo.toml",
-                    "src/lib.rs",
-                    "src/error.rs",
-                    "src/stage.rs",
-                    "src/probe.rs",
-                    "src/linear.rs",
-                    "src/sample.rs",
-                    "src/weights.rs",
-                    "src/markov/mod.rs",
-                    "src/edit/mod.rs",
-                    "src/edit/batch.rs",
-                    "src/edit/cases.rs",
-                    "src/edit/tally.rs",
-                    "src/edit/vectors.rs",
-                ],
-            ),
-            cwm_models::SOURCE_FINGERPRINT,
-            cwm_chess::SOURCE_FINGERPRINT,
-            &cwm_stage_data::shard_reader_fingerprint(),
-        ])
+        kind_fingerprint(
+            &[
+                "src/weights.rs",
+                "src/markov/mod.rs",
+                "src/edit/mod.rs",
+                "src/edit/batch.rs",
+                "src/edit/cases.rs",
+                "src/edit/tally.rs",
+                "src/edit/vectors.rs",
+            ],
+            &[
+                cwm_chess::SOURCE_FINGERPRINT,
+                &cwm_stage_data::shard_reader_fingerprint(),
+            ],
+        )
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
@@ -550,6 +521,28 @@ impl StageKind for EditStage {
         )?;
         check_labels(ctx.params(), &summary.arch, &summary.size)
     }
+}
+
+/// The files every kind of this crate runs: its entry, errors, declarations, the model
+/// loading and the probe's layout.
+const SHARED_FILES: [&str; 7] = [
+    "Cargo.toml",
+    "src/lib.rs",
+    "src/error.rs",
+    "src/stage.rs",
+    "src/probe.rs",
+    "src/linear.rs",
+    "src/sample.rs",
+];
+
+/// A kind's code fingerprint: the shared files and its `own`, the models crate's sources and
+/// the `more` it depends on.
+fn kind_fingerprint(own: &[&str], more: &[&str]) -> String {
+    let files: Vec<&str> = SHARED_FILES.iter().chain(own).copied().collect();
+    let mine = cwm_stage::fingerprint_of_files(crate::FILE_FINGERPRINTS, &files);
+    let mut parts: Vec<&str> = vec![&mine, cwm_models::SOURCE_FINGERPRINT];
+    parts.extend(more);
+    cwm_stage::combine_fingerprints(&parts)
 }
 
 /// An error unless the `arch` and `size` labels, when given, name the checkpoint's.

@@ -223,27 +223,10 @@ pub fn counterfactual(start: &StateLabels, plies: &[u16], ep: EpConvention) -> V
 
 #[cfg(test)]
 mod tests {
-    use cwm_chess::encode::{START, encode_state, pack_move};
-    use shakmaty::Chess;
-    use shakmaty::uci::UciMove;
-
     use super::*;
 
     fn game(ucis: &[&str]) -> TokenizedGame {
-        let mut position = Chess::default();
-        let mut moves = vec![START];
-        let mut states = encode_state(&position, EpConvention::Reference).to_vec();
-        for uci in ucis {
-            let m = uci.parse::<UciMove>().unwrap().to_move(&position).unwrap();
-            moves.push(pack_move(&m));
-            position.play_unchecked(m);
-            states.extend(encode_state(&position, EpConvention::Reference));
-        }
-        TokenizedGame {
-            id: "g".into(),
-            moves,
-            states,
-        }
+        crate::test_games::game("g", ucis)
     }
 
     fn square(name: &str) -> usize {

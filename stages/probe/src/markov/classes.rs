@@ -179,28 +179,8 @@ fn replay(plies: &[u16], check: Option<usize>) -> Option<Chess> {
 
 #[cfg(test)]
 mod tests {
-    use cwm_chess::encode::{encode_state, pack_move};
-    use shakmaty::uci::UciMove;
-
     use super::*;
-
-    /// START then the moves of `ucis`, and the reference labels of every step.
-    fn game(id: &str, ucis: &[&str]) -> TokenizedGame {
-        let mut position = Chess::default();
-        let mut moves = vec![20_480u16];
-        let mut states = encode_state(&position, EpConvention::Reference).to_vec();
-        for uci in ucis {
-            let m = uci.parse::<UciMove>().unwrap().to_move(&position).unwrap();
-            moves.push(pack_move(&m));
-            position.play_unchecked(m);
-            states.extend(encode_state(&position, EpConvention::Reference));
-        }
-        TokenizedGame {
-            id: id.into(),
-            moves,
-            states,
-        }
-    }
+    use crate::test_games::game;
 
     #[test]
     fn transposed_games_form_a_class_and_repeated_prefixes_do_not() {
