@@ -85,12 +85,29 @@ pub enum EpConvention {
 }
 
 impl EpConvention {
+    /// Both conventions, the default first.
+    pub const ALL: [EpConvention; 2] = [EpConvention::Reference, EpConvention::LegalCapture];
+
     /// The shakmaty mode that yields this convention's en-passant square.
     pub const fn mode(self) -> EnPassantMode {
         match self {
             EpConvention::Reference => EnPassantMode::Always,
             EpConvention::LegalCapture => EnPassantMode::Legal,
         }
+    }
+
+    /// The convention's name in params and in the files' metadata: `reference` or
+    /// `legal_capture`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EpConvention::Reference => "reference",
+            EpConvention::LegalCapture => "legal_capture",
+        }
+    }
+
+    /// The convention called `name` (see [`EpConvention::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|ep| ep.name() == name)
     }
 }
 
@@ -413,6 +430,17 @@ mod tests {
     use shakmaty::{Chess, Position, san::San, uci::UciMove};
 
     use super::*;
+
+    #[test]
+    fn each_convention_is_found_by_its_name_and_no_other_name_is() {
+        for ep in EpConvention::ALL {
+            assert_eq!(EpConvention::from_name(ep.name()), Some(ep));
+        }
+        assert_eq!(EpConvention::Reference.name(), "reference");
+        assert_eq!(EpConvention::LegalCapture.name(), "legal_capture");
+        assert_eq!(EpConvention::from_name("Reference"), None);
+        assert_eq!(EpConvention::from_name(""), None);
+    }
 
     #[test]
     fn labelling_after_each_move_equals_labelling_from_scratch() {

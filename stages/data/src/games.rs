@@ -13,7 +13,7 @@
 //! | `time_control` | utf8, nullable | PGN TimeControl |
 //! | `termination` | utf8, nullable | PGN Termination, or the generator's rule (`CHECKMATE`, ...) |
 //! | `plies` | uint32 | number of half-moves |
-//! | `moves` | list<uint16> (non-null items) | packed move ids (spec A.1), **without** `START` |
+//! | `moves` | `list<uint16>` (non-null items) | packed move ids (spec A.1), **without** `START` |
 //!
 //! Player names are never stored. Files are written a row group at a time
 //! ([`ROW_GROUP_GAMES`] games), so memory stays bounded whatever the corpus size; they are

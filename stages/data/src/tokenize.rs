@@ -215,7 +215,7 @@ impl ShardFile {
         ep: EpConvention,
     ) -> Result<(ShardFile, ArrowRowGroupWriterFactory), DataError> {
         let file = File::create(&path).map_err(|e| DataError::io(&path, e))?;
-        let metadata = [("cwm.ep_convention".to_owned(), ep_name(ep).to_owned())];
+        let metadata = [("cwm.ep_convention".to_owned(), ep.name().to_owned())];
         let props = writer_properties(SHARD_ROW_GROUP_GAMES, &metadata)
             .into_builder()
             .set_column_dictionary_enabled(ColumnPath::from("states"), false)
@@ -373,23 +373,6 @@ fn encode_row_group(
         .collect()
 }
 
-/// The param spelling of an en-passant convention.
-pub fn ep_name(ep: EpConvention) -> &'static str {
-    match ep {
-        EpConvention::Reference => "reference",
-        EpConvention::LegalCapture => "legal_capture",
-    }
-}
-
-/// The en-passant convention named `name` (`reference` or `legal_capture`).
-pub fn ep_from_name(name: &str) -> Option<EpConvention> {
-    match name {
-        "reference" => Some(EpConvention::Reference),
-        "legal_capture" => Some(EpConvention::LegalCapture),
-        _ => None,
-    }
-}
-
 /// Tokenizes the games tables under `input` into shards, `coverage.json` and `README.md` in
 /// `out_dir`.
 ///
@@ -533,7 +516,7 @@ fn write_coverage(
         summary.plies,
         summary.distinct_move_ids as u64,
         u64::from(NUM_MOVE_IDS),
-        ep_name(options.ep_convention),
+        options.ep_convention.name(),
         summary.shards.len() as u64,
     )
     .with_seen_move_ids(summary.seen_move_ids.clone());
@@ -549,13 +532,16 @@ fn write_coverage(
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TokenizeStage;
 
-const EP_CHOICES: &[&str] = &["reference", "legal_capture"];
+const EP_CHOICES: &[&str] = &[
+    EpConvention::Reference.name(),
+    EpConvention::LegalCapture.name(),
+];
 
 const PARAMS: &[ParamSpec] = &[
     ParamSpec::with_default(
         "ep_convention",
         ParamType::Choice(EP_CHOICES),
-        ParamDefault::Str("reference"),
+        ParamDefault::Str(EpConvention::Reference.name()),
         "en-passant labels: after every double push (reference) or only when a capture is legal",
     ),
     ParamSpec::with_default(
@@ -605,7 +591,7 @@ impl StageKind for TokenizeStage {
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
         let params = ctx.params();
         let ep_name = params.str("ep_convention")?;
-        let ep_convention = ep_from_name(ep_name)
+        let ep_convention = EpConvention::from_name(ep_name)
             .ok_or_else(|| StageError::Param(format!("unknown ep_convention {ep_name:?}")))?;
         let shard_games = params.uint("shard_games")?;
         if shard_games == 0 {

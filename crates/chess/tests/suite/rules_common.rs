@@ -11,19 +11,11 @@ use shakmaty::{Chess, Position, uci::UciMove};
 use crate::support::read_pgn_file;
 
 /// Both en-passant conventions.
-pub const CONVENTIONS: [EpConvention; 2] = [EpConvention::Reference, EpConvention::LegalCapture];
+pub const CONVENTIONS: [EpConvention; 2] = EpConvention::ALL;
 
 /// The sample games (the shipped `data/lichess_db_1000k.pgn.zst`, uncompressed in the shared
 /// data), relative to the shared data directory.
 pub const SAMPLE_PGN: &str = "real/lichess_db_1000k.pgn";
-
-/// The name of a convention, as the oracle scripts read it.
-pub fn convention_name(ep: EpConvention) -> &'static str {
-    match ep {
-        EpConvention::Reference => "reference",
-        EpConvention::LegalCapture => "legal_capture",
-    }
-}
 
 /// The 75 labels a FEN spells, written field by field whether or not the position is legal
 /// (test helper: panics on a malformed FEN). The en-passant square must be on rank 3 or 6.

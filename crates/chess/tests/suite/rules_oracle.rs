@@ -10,9 +10,7 @@ use cwm_chess::{
     rules::{EventTags, GameTagger, status, syntactic},
 };
 
-use crate::rules_common::{
-    CONVENTIONS, Rng, SAMPLE_PGN, convention_name, python_chess_1_11_2, sample_games,
-};
+use crate::rules_common::{CONVENTIONS, Rng, SAMPLE_PGN, python_chess_1_11_2, sample_games};
 use crate::support::{require, require_data};
 
 /// Recomputes `Board(fen).status()` per line (`convention \t fen \t cwm bits`), adding
@@ -226,12 +224,7 @@ fn status_agrees_with_python_chess_on_perturbed_true_states() {
                 *fired.entry(flag.to_string()).or_default() += 1;
             }
             let fen = decode_state_fen(&labels).unwrap();
-            let _ = writeln!(
-                lines,
-                "{}\t{fen}\t{}",
-                convention_name(ep),
-                flags.v1().bits()
-            );
+            let _ = writeln!(lines, "{}\t{fen}\t{}", ep.name(), flags.v1().bits());
         }
     }
     let input = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cwm_rules_status_oracle.tsv");
@@ -293,7 +286,7 @@ fn event_tags_of_the_sample_data_agree_with_python_chess() {
         let mut ours = Vec::new();
         let mut counts = vec![0usize; EventTags::COUNT];
         for game in &games {
-            let _ = write!(input, "{}\t", convention_name(ep));
+            let _ = write!(input, "{}\t", ep.name());
             for (i, &token) in game.moves[1..].iter().enumerate() {
                 if i > 0 {
                     input.push(' ');
@@ -312,7 +305,7 @@ fn event_tags_of_the_sample_data_agree_with_python_chess() {
             }
             ours.push(plies);
         }
-        let file = format!("cwm_rules_tags_{}.tsv", convention_name(ep));
+        let file = format!("cwm_rules_tags_{}.tsv", ep.name());
         let input_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
         fs::write(&input_path, input).unwrap();
         let stdout = run_oracle(TAG_ORACLE, &input_path);

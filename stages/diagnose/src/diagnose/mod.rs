@@ -50,7 +50,7 @@ use crate::DiagnoseError;
 use crate::novelty::{NoveltyJoin, NoveltyReader, StepRecord};
 use crate::stats::{Bootstrap, Estimates, GameCounts};
 use game::{GameResult, Settings, measure_game};
-use reader::{GameRows, PredictionsReader, ep_convention_name};
+use reader::{GameRows, PredictionsReader};
 use steps::StepsWriter;
 
 /// Games measured per parallel batch.
@@ -218,7 +218,7 @@ fn summarise(
         evaluate_hash: options.evaluate_hash.clone(),
         model_hash: evaluate.model_hash,
         data_hash: evaluate.data_hash,
-        ep_convention: ep_convention_name(settings.ep).to_owned(),
+        ep_convention: settings.ep.name().to_owned(),
         games: acc.games,
         steps: acc.steps,
         skipped: std::mem::take(&mut acc.skipped),

@@ -75,23 +75,6 @@ fn labels_at(flat: &[u8], t: usize) -> &StateLabels {
         .unwrap_or(&EMPTY)
 }
 
-/// Parses the value of the `cwm.ep_convention` metadata key.
-pub fn parse_ep_convention(value: &str) -> Option<EpConvention> {
-    match value {
-        "reference" => Some(EpConvention::Reference),
-        "legal_capture" => Some(EpConvention::LegalCapture),
-        _ => None,
-    }
-}
-
-/// The name of a convention as the metadata writes it.
-pub fn ep_convention_name(ep: EpConvention) -> &'static str {
-    match ep {
-        EpConvention::Reference => "reference",
-        EpConvention::LegalCapture => "legal_capture",
-    }
-}
-
 /// Streams the games of one `predictions.parquet`.
 pub struct PredictionsReader {
     path: PathBuf,
@@ -287,7 +270,7 @@ fn ep_of(
             ),
         ));
     };
-    parse_ep_convention(&value).ok_or_else(|| {
+    EpConvention::from_name(&value).ok_or_else(|| {
         DiagnoseError::format(
             path,
             format!(

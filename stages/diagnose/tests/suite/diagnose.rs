@@ -61,13 +61,6 @@ fn sample_games(ep: EpConvention, max: usize) -> Vec<Game> {
         .collect()
 }
 
-fn ep_name(ep: EpConvention) -> &'static str {
-    match ep {
-        EpConvention::Reference => "reference",
-        EpConvention::LegalCapture => "legal_capture",
-    }
-}
-
 fn labels_column(rows: &[&StateLabels]) -> ArrayRef {
     let values: Vec<u8> = rows.iter().flat_map(|l| l.iter().copied()).collect();
     let field = Arc::new(Field::new("item", DataType::UInt8, false));
@@ -141,7 +134,7 @@ fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
     let metadata = ep.map(|ep| {
         vec![KeyValue::new(
             EP_CONVENTION_KEY.into(),
-            ep_name(ep).to_owned(),
+            ep.name().to_owned(),
         )]
     });
     let props = WriterProperties::builder()
@@ -340,11 +333,11 @@ fn assert_json_close(a: &serde_json::Value, b: &serde_json::Value, path: &str) {
 #[test]
 fn diagnose_true_states_score_perfectly_under_both_conventions() {
     for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
-        let scratch = Scratch::new(&format!("perfect-{}", ep_name(ep)));
+        let scratch = Scratch::new(&format!("perfect-{}", ep.name()));
         let games = sample_games(ep, usize::MAX);
         assert!(games.len() > 400, "{} games", games.len());
         let summary = run(&scratch.0, &games, ep, &options(40, 2));
-        assert_eq!(summary.ep_convention, ep_name(ep));
+        assert_eq!(summary.ep_convention, ep.name());
         assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
         assert_perfect(&summary, &games);
         let scored = |bins: &[NamedRate]| bins.iter().map(|b| b.rate.n).sum::<u64>();

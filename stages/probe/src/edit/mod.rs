@@ -167,13 +167,14 @@ pub fn edit(
 
 /// The en-passant convention the games at `data` were labelled with.
 fn ep_of(data: &Path) -> Result<EpConvention, ProbeError> {
-    match ShardReader::ep_convention(data)?.as_deref() {
-        None | Some("reference") => Ok(EpConvention::Reference),
-        Some("legal_capture") => Ok(EpConvention::LegalCapture),
-        Some(other) => Err(ProbeError::Invalid(format!(
-            "{}: unknown en-passant convention {other:?}",
-            data.display()
-        ))),
+    match ShardReader::ep_convention(data)? {
+        None => Ok(EpConvention::default()),
+        Some(name) => EpConvention::from_name(&name).ok_or_else(|| {
+            ProbeError::Invalid(format!(
+                "{}: unknown en-passant convention {name:?}",
+                data.display()
+            ))
+        }),
     }
 }
 
