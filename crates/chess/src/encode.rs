@@ -455,7 +455,7 @@ mod tests {
             (seed >> 33) as usize % n
         };
         let mut kinds = [0usize; 4]; // normal, en passant, castle, promotion
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             for _ in 0..300 {
                 let mut position = Chess::default();
                 let mut labels = encode_state(&position, ep);
@@ -650,7 +650,7 @@ mod tests {
         assert_eq!((labels[EP_FILE], labels[EP_RANK]), (0, 0));
 
         let after_d5 = play_san(&["e4", "Nf6", "e5", "d5"]);
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             let labels = encode_state(&after_d5, ep);
             assert_eq!((labels[EP_FILE], labels[EP_RANK]), (4, 2), "{ep:?}");
         }

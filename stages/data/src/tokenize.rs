@@ -697,7 +697,7 @@ mod tests {
                 .split(' ')
                 .map(|s| s.parse().unwrap())
                 .collect();
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             let expected = replay_sans(Chess::default(), &sans, ep).unwrap();
             let mut states = Vec::new();
             replay_states("g", &expected.moves[1..], ep, &mut states).unwrap();

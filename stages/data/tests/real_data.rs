@@ -93,7 +93,7 @@ fn tokenized_labels_equal_the_san_replay_on_every_real_game() {
             ..ProcessOptions::default()
         })
         .unwrap();
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             let out = dir.join("tok");
             let _ = std::fs::remove_dir_all(&out);
             std::fs::create_dir_all(&out).unwrap();

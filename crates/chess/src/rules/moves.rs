@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn play_labels_plays_true_moves_and_refuses_illegal_ones() {
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             let mut pos = Chess::default();
             let mut labels = encode_state(&pos, ep);
             for uci in [

@@ -509,7 +509,7 @@ mod tests {
 
     #[test]
     fn the_initial_position_is_valid() {
-        for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+        for ep in EpConvention::ALL {
             assert_eq!(status(&INITIAL_STATE, ep), StatusFlags::NONE);
         }
     }

@@ -10,9 +10,6 @@ use shakmaty::{Chess, Position, uci::UciMove};
 
 use crate::support::read_pgn_file;
 
-/// Both en-passant conventions.
-pub const CONVENTIONS: [EpConvention; 2] = EpConvention::ALL;
-
 /// The sample games (the shipped `data/lichess_db_1000k.pgn.zst`, uncompressed in the shared
 /// data), relative to the shared data directory.
 pub const SAMPLE_PGN: &str = "real/lichess_db_1000k.pgn";

@@ -7,7 +7,7 @@ use cwm_chess::{
 };
 use shakmaty::Square;
 
-use crate::rules_common::{CONVENTIONS, tokens_of_uci};
+use crate::rules_common::tokens_of_uci;
 
 /// The tagged steps of a UCI game.
 fn tag(ucis: &[&str], ep: EpConvention) -> Vec<StepTags> {
@@ -42,7 +42,7 @@ fn labels(squares: &[Square], others: &[usize]) -> LabelSet {
 
 #[test]
 fn an_en_passant_capture() {
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         let steps = tag(&["e2e4", "a7a6", "e4e5", "d7d5", "e5d6"], ep);
         assert_eq!(plies(&steps, EventTags::EP_CAPTURE), [5]);
         assert_eq!(plies(&steps, EventTags::CAPTURE), [] as [usize; 0]);

@@ -6,7 +6,7 @@ use cwm_chess::{
     rules::{StatusFlags, Tier, status, syntactic, validity},
 };
 
-use crate::rules_common::{CONVENTIONS, labels_of_fen};
+use crate::rules_common::labels_of_fen;
 
 const NONE: StatusFlags = StatusFlags::NONE;
 
@@ -275,7 +275,7 @@ fn states_that_fail_v0_read_as_their_decoded_fen() {
     let mut labels = INITIAL_STATE;
     labels[EP_FILE] = 5;
     assert!(!syntactic(&labels));
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         assert_eq!(status(&labels, ep), NONE);
         assert_eq!(validity(&labels, 0, ep).tier, Tier::BelowV0);
     }
@@ -283,7 +283,7 @@ fn states_that_fail_v0_read_as_their_decoded_fen() {
     let mut labels = INITIAL_STATE;
     labels[EP_RANK] = 2;
     labels[SIDE_TO_MOVE] = 1;
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         assert_eq!(status(&labels, ep), NONE);
     }
     // Fullmove 0 plays no part in the flags.
@@ -327,7 +327,7 @@ fn the_spec_examples_edited_from_the_initial_labels() {
     // The e1 king removed, all rights set.
     let mut kingless = INITIAL_STATE;
     kingless[60] = 0;
-    for convention in CONVENTIONS {
+    for convention in EpConvention::ALL {
         assert_eq!(
             status(&labels, convention),
             StatusFlags::BAD_CASTLING_RIGHTS

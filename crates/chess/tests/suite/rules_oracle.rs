@@ -6,11 +6,11 @@
 use std::{collections::BTreeMap, fmt::Write as _, fs, path::Path, process::Command};
 
 use cwm_chess::{
-    encode::{LABEL_CLASSES, StateLabels, decode_state_fen, write_uci},
+    encode::{EpConvention, LABEL_CLASSES, StateLabels, decode_state_fen, write_uci},
     rules::{EventTags, GameTagger, status, syntactic},
 };
 
-use crate::rules_common::{CONVENTIONS, Rng, SAMPLE_PGN, python_chess_1_11_2, sample_games};
+use crate::rules_common::{Rng, SAMPLE_PGN, python_chess_1_11_2, sample_games};
 use crate::support::{require, require_data};
 
 /// Recomputes `Board(fen).status()` per line (`convention \t fen \t cwm bits`), adding
@@ -207,7 +207,7 @@ fn status_agrees_with_python_chess_on_perturbed_true_states() {
     let mut lines = String::new();
     let mut fired: BTreeMap<String, usize> = BTreeMap::new();
     let (mut n_v0_failures, mut n_flagged) = (0, 0);
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         let states: Vec<StateLabels> = sample_games(&path, ep)
             .into_iter()
             .flat_map(|game| game.states)
@@ -280,7 +280,7 @@ fn event_tags_of_the_sample_data_agree_with_python_chess() {
     ) {
         return;
     }
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         let games = sample_games(&path, ep);
         let mut input = String::new();
         let mut ours = Vec::new();

@@ -12,13 +12,13 @@ use cwm_chess::{
 };
 use shakmaty::{Chess, Position};
 
-use crate::rules_common::{CONVENTIONS, SAMPLE_PGN, sample_games};
+use crate::rules_common::{SAMPLE_PGN, sample_games};
 use crate::support::{fen_of, require_data};
 
 #[test]
 fn every_true_state_is_valid_affords_its_move_and_replays_by_the_rules() {
     let path = require_data!(SAMPLE_PGN);
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         let games = sample_games(&path, ep);
         assert!(games.len() > 400, "{} games", games.len());
         let (mut n_states, mut ids, mut true_ids) = (0usize, Vec::new(), Vec::new());
@@ -91,7 +91,7 @@ fn per_square_subsets_partition_the_legal_moves() {
 #[ignore = "a timing, not a check"]
 fn rules_timing() {
     let path = require_data!(SAMPLE_PGN);
-    for ep in CONVENTIONS {
+    for ep in EpConvention::ALL {
         let states: Vec<_> = sample_games(&path, ep)
             .into_iter()
             .flat_map(|game| game.states)

@@ -332,7 +332,7 @@ fn assert_json_close(a: &serde_json::Value, b: &serde_json::Value, path: &str) {
 /// summary reads back and holds no NaN, every step reaches tier 6 in the table.
 #[test]
 fn diagnose_true_states_score_perfectly_under_both_conventions() {
-    for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+    for ep in EpConvention::ALL {
         let scratch = Scratch::new(&format!("perfect-{}", ep.name()));
         let games = sample_games(ep, usize::MAX);
         assert!(games.len() > 400, "{} games", games.len());
@@ -1089,7 +1089,7 @@ fn diagnose_names_the_game_and_step_of_malformed_rows() {
 /// (so TransitionConsistent after an exact step is that step's ExactState).
 #[test]
 fn diagnose_the_transition_of_a_true_state_is_the_next_true_state() {
-    for ep in [EpConvention::Reference, EpConvention::LegalCapture] {
+    for ep in EpConvention::ALL {
         let mut plies = 0;
         for game in sample_games(ep, usize::MAX) {
             for t in 1..game.tokens.len() {

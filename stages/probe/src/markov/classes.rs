@@ -152,7 +152,7 @@ pub fn swapped_prefix(prefix: &[u16], i: usize) -> Option<Vec<u16>> {
     let mut swapped = prefix.to_vec();
     swapped.swap(i, i + 2);
     let other = replay(&swapped[1..], None)?;
-    let same = [EpConvention::Reference, EpConvention::LegalCapture]
+    let same = EpConvention::ALL
         .into_iter()
         .all(|ep| encode_state(&original, ep) == encode_state(&other, ep));
     same.then_some(swapped)
