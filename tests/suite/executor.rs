@@ -276,6 +276,38 @@ fn independent_stages_run_in_parallel_within_the_job_limit() {
     assert_eq!(names(&run, "ran"), ["p", "q"]);
 }
 
+/// Two stages that claim every thread, ready together on two slots, run side by side on one
+/// slot each; a stage claiming every thread alone gets both.
+#[test]
+fn stages_claiming_all_threads_share_the_slots_when_ready_together() {
+    let ws = Workspace::new("share");
+    let wait = |me: &str, other: &str| {
+        format!(
+            "touch {dir}/{me}.started; i=0; while [ ! -f {dir}/{other}.started ]; do i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done; echo $CWM_THREADS > \"$CWM_OUT/threads\"",
+            dir = ws.dir.display()
+        )
+    };
+    ws.pipeline(&format!(
+        "stages:\n  p:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  q:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  alone:\n    uses: command\n    inputs: {{a: p, b: q}}\n    params: {{cmd: 'echo $CWM_THREADS > \"$CWM_OUT/threads\"', threads: 0}}\n",
+        wait("p", "q"),
+        wait("q", "p")
+    ));
+    let run = ws.run_json(&["-j", "2"]);
+    assert_eq!(names(&run, "ran"), ["p", "q", "alone"]);
+    let threads = |stage: &str| {
+        let show = ws.ok(&["show", stage]);
+        let path = show
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("path: "))
+            .unwrap()
+            .to_owned();
+        std::fs::read_to_string(std::path::Path::new(&path).join("threads")).unwrap()
+    };
+    assert_eq!(threads("p"), "1\n");
+    assert_eq!(threads("q"), "1\n");
+    assert_eq!(threads("alone"), "2\n");
+}
+
 #[test]
 fn a_stage_killed_with_sigkill_leaves_nothing_finished_and_the_next_run_completes() {
     let ws = Workspace::new("sigkill");

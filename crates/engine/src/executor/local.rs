@@ -1,7 +1,12 @@
 //! The local executor: each task on a thread of this process.
 //!
 //! Running stages share the thread slots (`-j`): a task holds its `resources.cpus`, else its
-//! kind's thread claim (all slots for a kind that claims all). GPUs are a pool of device ids
+//! kind's thread claim. A task of a kind that claims all threads is sized when it becomes
+//! ready: when several become ready together each holds an equal share of the slots free at
+//! that moment (at least one), so that two trainings on a small machine run side by side
+//! rather than one after the other; one alone holds the free slots once they are at least half
+//! of all, and otherwise waits for all of them. A stage's thread count never changes what it
+//! computes (`threads` is unkeyed). GPUs are a pool of device ids
 //! ([`gpu_pool`]); a task that asks for `n` GPUs waits until `n` are free and has them to
 //! itself until it ends, so two concurrent stages never share a device.
 
@@ -33,6 +38,8 @@ pub struct LocalExecutor<'scope, 'env> {
     all_gpus: usize,
     /// What each running task holds, by id.
     held: Vec<(usize, usize, Vec<u32>)>,
+    /// The slots a task claiming all threads holds, for the tasks of the current offer.
+    share: usize,
     cancelled: Arc<AtomicBool>,
 }
 
@@ -59,6 +66,7 @@ impl<'scope, 'env> LocalExecutor<'scope, 'env> {
             all_gpus: gpus.len(),
             free_gpus: gpus,
             held: Vec::new(),
+            share: slots,
             cancelled: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -68,7 +76,7 @@ impl<'scope, 'env> LocalExecutor<'scope, 'env> {
         let wanted = match (task.resources.cpus, task.threads) {
             (Some(cpus), _) => cpus as usize,
             (None, Threads::Fixed(t)) => t,
-            (None, Threads::All) => self.slots,
+            (None, Threads::All) => self.share,
         };
         wanted.clamp(1, self.slots)
     }
@@ -87,6 +95,10 @@ impl<'scope, 'env> LocalExecutor<'scope, 'env> {
 impl Executor for LocalExecutor<'_, '_> {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn offer(&mut self, ready: usize) {
+        self.share = share(self.slots, self.free_slots, ready);
     }
 
     fn launch(&mut self, id: usize, task: Task) -> Result<Launch, ExecutorError> {
@@ -182,4 +194,55 @@ pub fn visible_gpus() -> Option<Vec<u32>> {
             .filter_map(|id| id.trim().parse().ok())
             .collect(),
     )
+}
+
+/// The slots each task claiming all threads holds when `ready` tasks become ready together
+/// and `free` of the executor's `slots` are free. Several share those free now equally (at
+/// least one each). A task alone takes those free once they are at least half of all slots,
+/// and otherwise waits for all of them: it starts beside a running stage on a small machine
+/// without being left with a few threads of a large one.
+fn share(slots: usize, free: usize, ready: usize) -> usize {
+    if ready >= 2 {
+        (free / ready).max(1)
+    } else if free >= slots.div_ceil(2) {
+        free
+    } else {
+        slots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn a_task_alone_takes_the_free_slots_once_half_are_free() {
+        assert_eq!(share(2, 2, 1), 2);
+        assert_eq!(share(2, 1, 1), 1);
+        assert_eq!(share(16, 8, 1), 8);
+        assert_eq!(share(16, 16, 1), 16);
+        assert_eq!(share(1, 1, 1), 1);
+    }
+
+    #[test]
+    fn a_task_alone_waits_for_every_slot_while_fewer_than_half_are_free() {
+        assert_eq!(share(16, 7, 1), 16);
+        assert_eq!(share(16, 3, 1), 16);
+        assert_eq!(share(4, 1, 1), 4);
+        assert_eq!(share(2, 0, 1), 2);
+    }
+
+    #[test]
+    fn tasks_ready_together_share_the_free_slots() {
+        assert_eq!(share(2, 2, 2), 1);
+        assert_eq!(share(16, 16, 2), 8);
+        assert_eq!(share(16, 16, 3), 5);
+        assert_eq!(share(16, 10, 2), 5);
+    }
+
+    #[test]
+    fn a_share_is_at_least_one_slot() {
+        assert_eq!(share(2, 2, 5), 1);
+        assert_eq!(share(2, 0, 2), 1);
+    }
 }

@@ -102,8 +102,8 @@ pub enum ExecutorError {
 
 /// Runs tasks the scheduler hands it and reports their ends.
 ///
-/// The scheduler calls [`Executor::launch`] for each stale instance whose producers have
-/// finished, then [`Executor::next_event`] until every launched task has reported
+/// The scheduler calls [`Executor::offer`] with how many stale instances have all their
+/// producers finished, [`Executor::launch`] for each of them, then [`Executor::next_event`] until every launched task has reported
 /// [`Event::Done`]. Only the scheduler's thread calls these methods.
 pub trait Executor {
     /// A short name for messages (`local`, `slurm`).
@@ -114,6 +114,13 @@ pub trait Executor {
     /// # Errors
     /// [`ExecutorError`] when the executor cannot run anything (the run then stops).
     fn launch(&mut self, id: usize, task: Task) -> Result<Launch, ExecutorError>;
+
+    /// Says that the [`Executor::launch`] calls that follow, `ready` of them, are for tasks
+    /// that became ready to start together; an executor that divides a fixed budget may
+    /// share it among them. The default ignores it.
+    fn offer(&mut self, ready: usize) {
+        let _ = ready;
+    }
 
     /// The next event, waiting up to `timeout` for one; `None` when none came.
     fn next_event(&mut self, timeout: Duration) -> Option<Event>;

@@ -321,6 +321,9 @@ enum Decision {
     Wait,
     /// Settled or handed to the executor.
     Progressed,
+    /// Stale with every producer finished: to be handed to the executor (its key's
+    /// ingredients are in the job table).
+    Ready,
 }
 
 /// How long the main thread waits for an event before it lets the display print what
@@ -428,14 +431,31 @@ impl<'r, 'a> Run<'r, 'a> {
     }
 
     /// One pass over the waiting instances; true when any was settled or launched.
+    ///
+    /// The stale instances whose producers have finished are offered to the executor after
+    /// the pass has found them all, so it knows how many want to start at once
+    /// ([`Executor::offer`]).
     fn visit_waiting(&mut self) -> Result<bool, RunError> {
         let mut progressed = false;
+        let mut ready = Vec::new();
         for i in 0..self.selected.len() {
             let idx = self.selected[i];
             if !matches!(self.jobs[idx].state, State::Waiting) {
                 continue;
             }
-            if let Decision::Progressed = self.decide(idx)? {
+            match self.decide(idx)? {
+                Decision::Progressed => progressed = true,
+                Decision::Ready => ready.push(idx),
+                Decision::Wait => {}
+            }
+        }
+        if !ready.is_empty() && !self.stop_launching {
+            self.executor.offer(ready.len());
+        }
+        for idx in ready {
+            if let Some(ingredients) = self.jobs[idx].ingredients.take()
+                && let Decision::Progressed = self.launch(idx, ingredients)?
+            {
                 progressed = true;
             }
         }
@@ -447,9 +467,9 @@ impl<'r, 'a> Run<'r, 'a> {
         if let Some(decision) = self.decide_by_producers(idx) {
             return Ok(decision);
         }
-        if let Some(ingredients) = self.jobs[idx].ingredients.take() {
+        if self.jobs[idx].ingredients.is_some() {
             // Found stale on an earlier pass; the executor was busy.
-            return self.launch(idx, ingredients);
+            return Ok(Decision::Ready);
         }
         let (sched, jobs) = (self.sched, &self.jobs);
         let ingredients =
@@ -476,7 +496,10 @@ impl<'r, 'a> Run<'r, 'a> {
                 self.settle(idx, State::WouldRun, Outcome::WouldRun(reasons));
                 Ok(Decision::Progressed)
             }
-            Freshness::Stale(_) => self.launch(idx, ingredients),
+            Freshness::Stale(_) => {
+                self.jobs[idx].ingredients = Some(ingredients);
+                Ok(Decision::Ready)
+            }
         }
     }
 
