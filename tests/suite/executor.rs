@@ -259,18 +259,11 @@ stages:
 #[test]
 fn independent_stages_run_in_parallel_within_the_job_limit() {
     let ws = Workspace::new("parallel");
-    // Each stage waits (up to ~5 s) for the other to have started: this only
-    // succeeds when both run at the same time.
-    let wait = |me: &str, other: &str| {
-        format!(
-            "touch {dir}/{me}.started; i=0; while [ ! -f {dir}/{other}.started ]; do i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done; echo ok > \"$CWM_OUT/x\"",
-            dir = ws.dir.display()
-        )
-    };
+    let then = "echo ok > \"$CWM_OUT/x\"";
     ws.pipeline(&format!(
         "stages:\n  p:\n    uses: command\n    params: {{cmd: '{}'}}\n  q:\n    uses: command\n    params: {{cmd: '{}'}}\n",
-        wait("p", "q"),
-        wait("q", "p")
+        meet(&ws, "p", "q", then),
+        meet(&ws, "q", "p", then)
     ));
     let run = ws.run_json(&["-j", "2"]);
     assert_eq!(names(&run, "ran"), ["p", "q"]);
@@ -281,16 +274,11 @@ fn independent_stages_run_in_parallel_within_the_job_limit() {
 #[test]
 fn stages_claiming_all_threads_share_the_slots_when_ready_together() {
     let ws = Workspace::new("share");
-    let wait = |me: &str, other: &str| {
-        format!(
-            "touch {dir}/{me}.started; i=0; while [ ! -f {dir}/{other}.started ]; do i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done; echo $CWM_THREADS > \"$CWM_OUT/threads\"",
-            dir = ws.dir.display()
-        )
-    };
+    let then = "echo $CWM_THREADS > \"$CWM_OUT/threads\"";
     ws.pipeline(&format!(
         "stages:\n  p:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  q:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  alone:\n    uses: command\n    inputs: {{a: p, b: q}}\n    params: {{cmd: 'echo $CWM_THREADS > \"$CWM_OUT/threads\"', threads: 0}}\n",
-        wait("p", "q"),
-        wait("q", "p")
+        meet(&ws, "p", "q", then),
+        meet(&ws, "q", "p", then)
     ));
     let run = ws.run_json(&["-j", "2"]);
     assert_eq!(names(&run, "ran"), ["p", "q", "alone"]);
@@ -368,6 +356,16 @@ fn ls_lists_artifacts_with_sizes() {
 }
 
 /// The staging directories in the workspace's store (under `tmp/<host>/`).
+/// A `command` stage's shell line that marks `me` as started, waits (up to about 5 s, else
+/// exits 9) for `other` to have started, then runs `then`: it only succeeds when both stages
+/// run at the same time.
+fn meet(ws: &Workspace, me: &str, other: &str, then: &str) -> String {
+    format!(
+        "touch {dir}/{me}.started; i=0; while [ ! -f {dir}/{other}.started ]; do i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done; {then}",
+        dir = ws.dir.display()
+    )
+}
+
 fn staging_dirs(ws: &Workspace) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(ws.artifacts().join("tmp"))
         .into_iter()
