@@ -276,7 +276,7 @@ fn stages_claiming_all_threads_share_the_slots_when_ready_together() {
     let ws = Workspace::new("share");
     let then = "echo $CWM_THREADS > \"$CWM_OUT/threads\"";
     ws.pipeline(&format!(
-        "stages:\n  p:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  q:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  alone:\n    uses: command\n    inputs: {{a: p, b: q}}\n    params: {{cmd: 'echo $CWM_THREADS > \"$CWM_OUT/threads\"', threads: 0}}\n",
+        "stages:\n  p:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  q:\n    uses: command\n    params: {{cmd: '{}', threads: 0}}\n  alone:\n    uses: command\n    inputs: {{a: p, b: q}}\n    params: {{cmd: '{then}', threads: 0}}\n",
         meet(&ws, "p", "q", then),
         meet(&ws, "q", "p", then)
     ));
@@ -355,7 +355,6 @@ fn ls_lists_artifacts_with_sizes() {
     assert!(rows.iter().all(|r| r["size"].as_u64().unwrap() > 0));
 }
 
-/// The staging directories in the workspace's store (under `tmp/<host>/`).
 /// A `command` stage's shell line that marks `me` as started, waits (up to about 5 s, else
 /// exits 9) for `other` to have started, then runs `then`: it only succeeds when both stages
 /// run at the same time.
@@ -366,6 +365,7 @@ fn meet(ws: &Workspace, me: &str, other: &str, then: &str) -> String {
     )
 }
 
+/// The staging directories in the workspace's store (under `tmp/<host>/`).
 fn staging_dirs(ws: &Workspace) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(ws.artifacts().join("tmp"))
         .into_iter()
