@@ -1,8 +1,10 @@
 """Loads a safetensors file written by ``cwm model export`` into the PyTorch model of the same
-family (``cwm_torch_models.py``) and writes its logits for given move sequences.
+family and writes its logits for given move sequences. The model is cwm's own PyTorch version
+(``cwm_torch_models.py``), or with ``--stack reference`` the one built from the libraries the
+reference imports (``reference_stack.py``).
 
     python3 torch_logits.py --arch slice --size d128 --weights model.safetensors \
-        --moves moves.json --out logits.f32 [--mimo] [--slice-sequential]
+        --moves moves.json --out logits.f32 [--mimo] [--slice-sequential] [--stack reference]
 
 ``moves.json`` is a JSON list of equal-length lists of move ids (already padded with 20481).
 The output is the logits ``[batch, seq, 1878]`` as raw little-endian f32, row-major.
@@ -23,6 +25,7 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cwm_torch_models  # noqa: E402
+import reference_stack  # noqa: E402
 
 
 def main():
@@ -35,12 +38,18 @@ def main():
     parser.add_argument("--moves", type=Path, help="JSON list of move-id lists")
     parser.add_argument("--out", type=Path, help="raw f32 logits")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--stack", choices=("eager", "reference"), default="eager")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    model = cwm_torch_models.build(
-        args.arch, args.size, mimo=args.mimo, slice_parallel=not args.slice_sequential
-    )
+    if args.stack == "reference":
+        if args.mimo or args.slice_sequential:
+            sys.exit("--mimo and --slice-sequential apply to the eager stack only")
+        model = reference_stack.build(args.arch, args.size)
+    else:
+        model = cwm_torch_models.build(
+            args.arch, args.size, mimo=args.mimo, slice_parallel=not args.slice_sequential
+        )
     state = load_file(str(args.weights))
     expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
     found = {key: tuple(value.shape) for key, value in state.items()}

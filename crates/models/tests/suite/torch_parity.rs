@@ -8,8 +8,12 @@
 //!   chunked scans cross a chunk boundary; one row padded with PAD). The largest absolute
 //!   difference must stay within [`TOLERANCE`] at every position, padded ones included.
 //!
-//! When `python3` cannot import torch, safetensors and numpy both fail under CI and skip loudly
-//! elsewhere (see [`require`]).
+//! - `slice_logits_match_torch_slices`: the same for SLiCE and its diagonal ablation against
+//!   the reference's own SLiCE layer (torch-slices 0.3.3, through `python/reference_stack.py`),
+//!   the model the GPU comparison of docs/gpu.md times.
+//!
+//! When `python3` cannot import torch, safetensors and numpy (and torch-slices, for the last
+//! test) these fail under CI and skip loudly elsewhere (see [`require`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,15 +34,18 @@ use cwm_testkit::require;
 
 /// Whether `python3` imports torch, safetensors and numpy; see [`require`].
 fn torch_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch, safetensors, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
     require(
         "python3 with torch, safetensors and numpy \
          (pip install torch==2.15.0 safetensors==0.8.0 numpy)",
-        ok,
+        python_imports("torch, safetensors, numpy"),
     )
+}
+
+fn python_imports(modules: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -66,15 +73,18 @@ fn label(config: &ModelConfig) -> String {
     }
 }
 
-/// Runs `torch_logits.py`; returns its stderr on failure.
+/// Runs `torch_logits.py` on the PyTorch stack `stack` (`eager` or `reference`); returns its
+/// stderr on failure.
 fn run_python(
     config: &ModelConfig,
+    stack: &str,
     weights: &Path,
     io: Option<(&Path, &Path)>,
 ) -> Result<(), String> {
     let mut command = Command::new("python3");
     command
         .arg(python_dir().join("torch_logits.py"))
+        .args(["--stack", stack])
         .args(["--arch", config.family.name(), "--size", config.size.name()])
         .arg("--weights")
         .arg(weights);
@@ -106,7 +116,7 @@ fn exported_keys_match_the_pytorch_state_dict() {
         let model = Model::init(&config, &device).unwrap();
         let path = dir.join(format!("{}.safetensors", label(&config)));
         export_safetensors(&model, &config, &path).unwrap();
-        if let Err(stderr) = run_python(&config, &path, None) {
+        if let Err(stderr) = run_python(&config, "eager", &path, None) {
             failures.push(format!("{}:\n{stderr}", label(&config)));
         }
         std::fs::remove_file(&path).unwrap();
@@ -131,13 +141,12 @@ fn fixed_moves() -> Vec<Vec<i64>> {
         .collect()
 }
 
-#[test]
-fn logits_match_pytorch() {
-    if !torch_available() {
-        return;
-    }
+/// Exports a fresh cwm model of each of `configs`, has `torch_logits.py --stack STACK` compute
+/// the logits of [`fixed_moves`] from it, and compares them with cwm's own at every position.
+/// Prints one line per model and fails naming every model beyond [`TOLERANCE`].
+fn compare_logits(configs: Vec<ModelConfig>, stack: &str, name: &str) {
     let device = Device::flex();
-    let dir = scratch("logits");
+    let dir = scratch(name);
     let rows = fixed_moves();
     let (batch, seq) = (rows.len(), rows[0].len());
     let moves_path = dir.join("moves.json");
@@ -145,12 +154,12 @@ fn logits_match_pytorch() {
     let flat: Vec<i64> = rows.concat();
     let mut report = Vec::new();
     let mut failures = Vec::new();
-    for config in configs(Size::D128) {
+    for config in configs {
         let model = Model::init(&config, &device).unwrap();
         let weights = dir.join(format!("{}.safetensors", label(&config)));
         let out = dir.join(format!("{}.f32", label(&config)));
         export_safetensors(&model, &config, &weights).unwrap();
-        if let Err(stderr) = run_python(&config, &weights, Some((&moves_path, &out))) {
+        if let Err(stderr) = run_python(&config, stack, &weights, Some((&moves_path, &out))) {
             failures.push(format!("{}: python failed:\n{stderr}", label(&config)));
             continue;
         }
@@ -169,7 +178,7 @@ fn logits_match_pytorch() {
             max_abs = max_abs.max(a.abs());
         }
         report.push(format!(
-            "{:22} max |cwm − torch| = {max_diff:.2e} (max |logit| {max_abs:.2})",
+            "{:22} max |cwm − torch ({stack})| = {max_diff:.2e} (max |logit| {max_abs:.2})",
             label(&config)
         ));
         if max_diff.is_nan() || max_diff > TOLERANCE {
@@ -182,4 +191,26 @@ fn logits_match_pytorch() {
     eprintln!("{}", report.join("\n"));
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn logits_match_pytorch() {
+    if torch_available() {
+        compare_logits(configs(Size::D128), "eager", "logits");
+    }
+}
+
+#[test]
+fn slice_logits_match_torch_slices() {
+    let available = torch_available()
+        && require(
+            "python3 with torch-slices (pip install torch-slices==0.3.3)",
+            python_imports("slices"),
+        );
+    if available {
+        let configs = [Family::Slice, Family::SliceDiag]
+            .map(|family| ModelConfig::new(family, Size::D128))
+            .to_vec();
+        compare_logits(configs, "reference", "torch-slices");
+    }
 }
