@@ -172,15 +172,22 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
             "last_loss": figures.last_loss,
+            "peak_reserved_bytes": figures.peak_reserved_bytes,
         });
         outln!("{value}");
     } else {
         let chunks = figures
             .chunk_size
             .map_or(String::new(), |n| format!("; scan chunks of {n} steps"));
+        let memory = figures.peak_reserved_bytes.map_or(String::new(), |bytes| {
+            format!(
+                "; at most {:.0} MiB reserved on the device",
+                bytes as f64 / 1_048_576.0
+            )
+        });
         outln!(
             "{arch} {size} on {device}: {:.0} tokens/s ({:.4} s per step of {} x {} tokens, \
-             median of {}; {threads} CPU thread(s){chunks})",
+             median of {}; {threads} CPU thread(s){chunks}{memory})",
             figures.tokens_per_s,
             figures.median_step_s,
             args.batch,

@@ -5,8 +5,10 @@
 //!
 //! Every step trains on one fixed batch of `batch` sequences of `seq` tokens: START then
 //! pseudo-random move ids, pseudo-random targets within each label's classes, no padding.
-//! After `warmup` steps, `steps` steps are timed one by one; a step's time ends when its loss
-//! and gradient norm have been read back to the host, so work queued on a GPU is counted.
+//! After `warmup` steps, `steps` steps are timed one by one. A step reads back to the host
+//! what the train stage's step reads: the loss before the backward pass, the gradient norm
+//! before the update, and whether every parameter is still finite after it (spec D.1 steps 5
+//! and 7); its time ends with the last, so work queued on a GPU is counted.
 
 use std::time::Instant;
 
@@ -16,7 +18,7 @@ use cwm_models::{
     Family, Model, ModelConfig, N_LABELS, START_TOKEN, StateModel, device_by_name, label_classes,
 };
 
-use crate::adamw::{AdamW, AdamWConfig};
+use crate::adamw::{AdamW, AdamWConfig, params_finite};
 use crate::error::TrainError;
 use crate::train::{init_model, lock_rng, step_seed};
 
@@ -69,6 +71,9 @@ pub struct Throughput {
     /// Steps per chunk of the recurrent family's chunked scan on this device; `None` for the
     /// transformer.
     pub chunk_size: Option<usize>,
+    /// The most device memory the backend's allocator held after any step (warm-up steps
+    /// included), in bytes; `None` on a backend that does not report it (the CPU's).
+    pub peak_reserved_bytes: Option<u64>,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -132,6 +137,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
     let mut optim = AdamW::new(AdamWConfig::new(0.95, 0.01, 1.0));
     let mut step_s = Vec::with_capacity(options.steps);
     let mut last_loss = f64::NAN;
+    let mut peak_reserved_bytes = None;
     for step in 0..options.warmup + options.steps {
         let start = Instant::now();
         let loss = {
@@ -148,12 +154,19 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
             )));
         }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let (next, _) = optim.step(model, &grads, 3e-4)?;
+        let (next, outcome) = optim.step(model, &grads, 3e-4)?;
         model = next;
+        if !outcome.applied || !params_finite(&model)? {
+            return Err(TrainError::Failed(format!(
+                "the gradient norm or a parameter is not finite at step {step}"
+            )));
+        }
         let seconds = start.elapsed().as_secs_f64();
         if step >= options.warmup {
             step_s.push(seconds);
         }
+        let reserved = device.memory_pool_usage().map(|usage| usage.bytes_reserved);
+        peak_reserved_bytes = peak_reserved_bytes.max(reserved);
     }
     let mut sorted = step_s.clone();
     sorted.sort_by(f64::total_cmp);
@@ -165,6 +178,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         last_loss,
         chunk_size: (options.model.family != Family::Transformer)
             .then(|| options.model.chunk_size_on(&device)),
+        peak_reserved_bytes,
     })
 }
 
@@ -190,6 +204,10 @@ mod tests {
             figures.last_loss
         );
         assert_eq!(figures.chunk_size, Some(8), "slice_diag's CPU chunk");
+        assert_eq!(
+            figures.peak_reserved_bytes, None,
+            "the CPU backend reports no pool"
+        );
         options.device = "tpu".into();
         assert!(measure(&options).is_err());
         options.device = "cpu".into();
