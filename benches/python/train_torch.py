@@ -1,18 +1,40 @@
-"""PyTorch baseline of benches/train_throughput.rs: tokens per second of training steps
-(forward, backward, clipping at 1.0, torch.optim.AdamW) of the PyTorch versions of cwm's
-models, on the CPU or a GPU.
+"""PyTorch side of cwm's training-throughput comparisons: tokens per second of training steps
+(forward, the state loss, backward, clipping at 1.0, torch.optim.AdamW) on the CPU or a GPU.
 
     python3 train_torch.py --arch slice --size d128 --batch 32 --seq 128 \
-        --warmup 2 --steps 5 --threads 2 [--device cuda]
+        --warmup 2 --steps 5 --threads 2 [--device cuda] [--stack reference]
 
-Prints one JSON object: {"tokens_per_s", "median_step_s", "steps", "threads", "torch"}.
-A step ends when its loss and gradient norm have been read back, so GPU work is counted.
-The batch is fixed: START then pseudo-random move ids, random targets, no padding; dropout on
-(training mode); the loss is the reference's state loss (spec A.4).
+Two stacks:
+
+* ``eager`` (the default): cwm's own PyTorch versions of the models
+  (``crates/models/python/cwm_torch_models.py``; the recurrences as plain loops, SLiCE as a
+  chunked scan), in fp32. The baseline of ``benches/train_throughput.rs``.
+* ``reference``: the models built from the libraries the reference imports
+  (``crates/models/python/reference_stack.py``), with the reference's precision on a GPU: TF32
+  matrix products (``allow_tf32``, float32 matmul precision "high") and, for Mamba-3, the
+  forward pass and loss under bf16 autocast (spec D.1). The baseline of docs/gpu.md.
+
+Two step protocols (``--step``; the default is ``lean`` for the eager stack, ``reference`` for
+the reference stack):
+
+* ``lean``: the loss and the gradient norm are read back once, at the end of the step.
+* ``reference``: the checks of the reference's training loop (spec D.1 step 5 and 7): the loss
+  is read back before the backward pass, the gradient norm after clipping, and every
+  parameter is tested for finiteness after the update, one read-back per parameter, as its
+  ``model_has_nonfinite_params`` does.
+
+Prints one JSON object with ``tokens_per_s``, ``median_step_s``, ``step_s``, the settings, and
+on a GPU ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (PyTorch's allocator's peaks
+over the warm-up and timed steps; ``null`` on the CPU). A step ends when its last read-back is
+done, so GPU work is counted. The batch is fixed: START then pseudo-random move ids, random
+targets, no padding; dropout on (training mode); the loss is the reference's state loss (spec
+A.4).
 """
 
 import argparse
+import contextlib
 import json
+import math
 import statistics
 import sys
 import time
@@ -22,6 +44,67 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "crates/models/python"))
 import cwm_torch_models as models  # noqa: E402
+
+
+def build_model(args):
+    if args.stack == "reference":
+        import reference_stack
+
+        return reference_stack.build(args.arch, args.size)
+    return models.build(args.arch, args.size)
+
+
+def synthetic_batch(batch, seq, device):
+    moves = torch.randint(0, 20480, (batch, seq))
+    moves[:, 0] = models.START
+    classes = []
+    for _, n_labels, n_classes in models.LABEL_GROUPS:
+        classes += [n_classes] * n_labels
+    targets = torch.stack([torch.randint(0, c, (batch, seq)) for c in classes], dim=-1)
+    valid = torch.ones(batch, seq, dtype=torch.bool)
+    return moves.to(device), targets.to(device), valid.to(device)
+
+
+def reference_precision(args, device):
+    """TF32 matrix products on a GPU, and the autocast context of the forward pass (bf16 for
+    Mamba-3 on a GPU), as the reference's training loop sets them (spec D.1)."""
+    if args.stack != "reference" or device.type != "cuda":
+        return "fp32", contextlib.nullcontext
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    if args.arch == "mamba3":
+        return "tf32+bf16-autocast", lambda: torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return "tf32", contextlib.nullcontext
+
+
+def lean_step(model, optim, batch, autocast):
+    """Returns the loss; the loss and the gradient norm are read back at the end."""
+    moves, targets, valid = batch
+    optim.zero_grad(set_to_none=True)
+    with autocast():
+        loss = models.state_loss(model(moves), targets, valid)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optim.step()
+    return loss.item() + 0.0 * grad_norm.item()
+
+
+def reference_step(model, optim, batch, autocast):
+    """Returns the loss; reads back as the reference's loop does (spec D.1 steps 5 and 7)."""
+    moves, targets, valid = batch
+    optim.zero_grad(set_to_none=True)
+    with autocast():
+        loss = models.state_loss(model(moves), targets, valid)
+    if not torch.isfinite(loss.detach()).item():
+        return float("nan")
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not math.isfinite(float(grad_norm)):
+        return float("nan")
+    optim.step()
+    if any(not torch.isfinite(p).all() for p in model.parameters()):
+        return float("nan")
+    return loss.item()
 
 
 def main():
@@ -34,51 +117,57 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--stack", choices=("eager", "reference"), default="eager")
+    parser.add_argument("--step", choices=("lean", "reference"), help="step protocol (see above)")
     args = parser.parse_args()
+    if min(args.batch, args.seq, args.steps) < 1 or args.warmup < 0:
+        sys.exit("--batch, --seq and --steps must be positive, --warmup not negative")
+    step_protocol = args.step or ("reference" if args.stack == "reference" else "lean")
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    model = models.build(args.arch, args.size).to(device)
+    model = build_model(args).to(device)
     model.train()
-    moves = torch.randint(0, 20480, (args.batch, args.seq))
-    moves[:, 0] = models.START
-    moves = moves.to(device)
-    classes = []
-    for _, n_labels, n_classes in models.LABEL_GROUPS:
-        classes += [n_classes] * n_labels
-    targets = torch.stack(
-        [torch.randint(0, c, (args.batch, args.seq)) for c in classes], dim=-1
-    ).to(device)
-    valid = torch.ones(args.batch, args.seq, dtype=torch.bool, device=device)
-    # The train stage's step: AdamW (beta2 0.95, weight decay 0.01) after clipping at 1.0.
-    optim = torch.optim.AdamW(
-        model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-8
-    )
+    batch = synthetic_batch(args.batch, args.seq, device)
+    precision, autocast = reference_precision(args, device)
+    # The train stage's optimiser: AdamW (beta2 0.95, weight decay 0.01) after clipping at 1.0.
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01, eps=1e-8)
+    step = reference_step if step_protocol == "reference" else lean_step
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
     times = []
-    for step in range(args.warmup + args.steps):
+    for index in range(args.warmup + args.steps):
         start = time.perf_counter()
-        optim.zero_grad(set_to_none=True)
-        loss = models.state_loss(model(moves), targets, valid)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optim.step()
-        value = loss.item() + 0.0 * grad_norm.item()  # both read back, as cwm does
+        loss = step(model, optim, batch, autocast)
         seconds = time.perf_counter() - start
-        if not torch.isfinite(torch.tensor(value)):
-            sys.exit(f"loss is {value} at step {step}")
-        if step >= args.warmup:
+        if not math.isfinite(loss):
+            sys.exit(f"the loss, gradient norm or a parameter is not finite at step {index}")
+        if index >= args.warmup:
             times.append(seconds)
     median = statistics.median(times)
+    on_gpu = device.type == "cuda"
     print(
         json.dumps(
             {
+                "arch": args.arch,
+                "size": args.size,
+                "device": args.device,
+                "batch": args.batch,
+                "seq": args.seq,
+                "stack": args.stack,
+                "step": step_protocol,
+                "precision": precision,
                 "tokens_per_s": args.batch * args.seq / median,
                 "median_step_s": median,
+                "step_s": times,
+                "last_loss": loss,
                 "steps": args.steps,
                 "threads": torch.get_num_threads(),
                 "torch": torch.__version__,
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if on_gpu else None,
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(device) if on_gpu else None,
             }
         )
     )

@@ -1,6 +1,8 @@
-//! `cwm model bench` and output into a closed pipe, through the real binary.
+//! `cwm model bench`, the comparison of its figures with a PyTorch stack
+//! (`benches/python/compare_stacks.py`), and output into a closed pipe, through the real binary.
 
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use super::{Workspace, cwm_command};
 
@@ -37,12 +39,101 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert!((1.0..6.0).contains(&loss), "{figures}");
     // The CPU's default chunk for SLiCE, unless the command sets one.
     assert_eq!(figures["chunk_size"], 8, "{figures}");
+    assert!(
+        figures["peak_reserved_bytes"].is_null(),
+        "no pool report on the CPU"
+    );
     let mut chunked = args.to_vec();
     chunked.extend(["--chunk-size", "3"]);
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&chunked)).expect("JSON");
     assert_eq!(figures["chunk_size"], 3, "{figures}");
     let zero = ws.cwm(&[&args[..], &["--chunk-size", "0"]].concat());
     assert_eq!(zero.status.code(), Some(2), "a chunk of 0 steps is refused");
+}
+
+/// Runs `compare_stacks.py` on the CPU at a toy shape; returns (success, stdout, stderr).
+fn compare_stacks(ws: &Workspace, families: &str, json_out: &Path) -> (bool, String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/compare_stacks.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(["--cwm", env!("CARGO_BIN_EXE_cwm"), "--families", families])
+        .args(["--sizes", "d128", "--batch", "2", "--seq", "8"])
+        .args(["--warmup", "0", "--steps", "1", "--rounds", "2"])
+        .arg("--json-out")
+        .arg(json_out)
+        .current_dir(&ws.dir)
+        .output()
+        .expect("run python3");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
+    let ok = Command::new("python3")
+        .args(["-c", "import torch, slices"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let needs =
+        "python3 with torch and torch-slices (pip install torch==2.15.0 torch-slices==0.3.3)";
+    if !crate::require(needs, ok) {
+        return;
+    }
+    let ws = Workspace::new("compare-stacks");
+    let json_out = ws.dir.join("figures.jsonl");
+    let (ok, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out);
+    assert!(ok, "{stdout}\n{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json_out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // Two rounds in alternating order: cwm, torch, then torch, cwm.
+    let sides: Vec<_> = lines.iter().map(|l| l["side"].as_str().unwrap()).collect();
+    assert_eq!(sides, ["cwm", "torch", "torch", "cwm"], "{lines:?}");
+    assert!(lines.iter().all(|l| l["batch"] == 2 && l["seq"] == 8));
+    assert_eq!(lines[1]["stack"], "reference");
+    assert_eq!(lines[1]["step"], "reference", "the reference's read-backs");
+    let median = |side: &str| {
+        let v: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["side"] == side)
+            .map(|l| l["tokens_per_s"].as_f64().unwrap())
+            .collect();
+        (v[0] + v[1]) / 2.0
+    };
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| slice_diag | d128 |"))
+        .unwrap_or_else(|| panic!("no row:\n{stdout}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let ratio = format!("{:.2}×", median("cwm") / median("torch"));
+    assert_eq!(cells[5], ratio, "{row}");
+    assert_eq!(
+        cells[3].replace(',', ""),
+        format!("{:.0}", median("cwm")),
+        "{row}"
+    );
+}
+
+#[test]
+fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
+    let ok = Command::new("python3")
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !crate::require("python3 with torch (pip install torch==2.15.0)", ok) {
+        return;
+    }
+    let ws = Workspace::new("compare-stacks-fails");
+    // Gated DeltaNet's reference stack (flash-linear-attention) runs on CUDA only.
+    let (ok, stdout, stderr) = compare_stacks(&ws, "gdn", &ws.dir.join("figures.jsonl"));
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("| gdn | d128 | failed: "), "{stdout}");
+    assert!(
+        stderr.contains("compare_stacks: gdn d128 failed"),
+        "{stderr}"
+    );
 }
 
 /// Only a build without the `cuda` feature lacks the device (a CUDA build has no such test).

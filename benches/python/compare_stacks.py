@@ -1,0 +1,169 @@
+"""cwm's training throughput beside a PyTorch stack's, per family and size, as the table of
+docs/gpu.md: tokens per second, their ratio, and the device memory each side held.
+
+    python3 benches/python/compare_stacks.py --cwm target/release/cwm --device cuda \
+        --families all --sizes d128,d512 --batch 128 --seq 256 --steps 10 --rounds 2 \
+        [--stack reference] [--json-out figures.jsonl]
+
+Each cell runs ``cwm model bench --json`` (the train stage's step) and ``train_torch.py``
+(``--stack reference``, the default here: the libraries the reference imports, with its
+precision and its step's read-backs; ``--stack eager``: cwm's own PyTorch versions) with the
+same batch, length, warm-up and timed steps, each in a fresh process, ``--rounds`` times in
+alternating order (cwm first in odd rounds, PyTorch first in even ones). A side's figure is the
+median over rounds of its per-process medians; the ratio is cwm's over PyTorch's (≥ 1.0× means
+cwm is at least as fast). Memory: the most cwm's allocator held after any step, and PyTorch's
+``max_memory_reserved`` (with ``max_memory_allocated`` in brackets); blank on the CPU.
+
+The markdown table goes to stdout, progress to stderr; ``--json-out`` appends every process's
+own JSON line with its ``side`` and ``round``. A cell that fails (a library missing, a
+non-finite loss, out of memory) is reported in its row with the error's last line, the other
+cells go on, and the exit status is 1.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FAMILIES = ("transformer", "slice", "slice_diag", "gdn", "gdn_pos", "mamba2", "mamba3")
+SIZES = ("d128", "d256", "d384", "d512")
+
+
+def listed(text, known, what):
+    if text == "all":
+        return list(known)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {unknown} (expected some of {', '.join(known)} or all)"
+        )
+    return names
+
+
+def shape_args(args, arch, size):
+    return [
+        "--arch", arch, "--size", size, "--device", args.device,
+        "--batch", str(args.batch), "--seq", str(args.seq),
+        "--warmup", str(args.warmup), "--steps", str(args.steps),
+    ]  # fmt: skip
+
+
+def commands(args, arch, size):
+    """The two processes of one cell, cwm's first."""
+    cwm = [str(args.cwm), "--threads", str(args.threads), "model", "bench", "--json"]
+    torch = [
+        sys.executable,
+        str(HERE / "train_torch.py"),
+        "--stack",
+        args.stack,
+        "--threads",
+        str(args.threads),
+    ]
+    return {"cwm": cwm + shape_args(args, arch, size), "torch": torch + shape_args(args, arch, size)}
+
+
+def run(command):
+    """The process's JSON line, or raises RuntimeError with the last line of its stderr."""
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()] or [
+            f"exit status {done.returncode}"
+        ]
+        raise RuntimeError(lines[-1].strip())
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_cell(args, arch, size, sink):
+    """Per side, the list of its rounds' JSON objects."""
+    figures = {"cwm": [], "torch": []}
+    cell = commands(args, arch, size)
+    for round_index in range(args.rounds):
+        order = ("cwm", "torch") if round_index % 2 == 0 else ("torch", "cwm")
+        for side in order:
+            print(f"compare_stacks: {arch} {size} round {round_index + 1}: {side}", file=sys.stderr)
+            value = run(cell[side])
+            figures[side].append(value)
+            if sink is not None:
+                sink.write(json.dumps({"side": side, "round": round_index + 1, **value}) + "\n")
+    return figures
+
+
+def mib(value):
+    return "" if value is None else f"{value / 1_048_576:,.0f}"
+
+
+def row(arch, size, figures):
+    ours = statistics.median(f["tokens_per_s"] for f in figures["cwm"])
+    theirs = statistics.median(f["tokens_per_s"] for f in figures["torch"])
+    cwm_memory = max((f.get("peak_reserved_bytes") or 0 for f in figures["cwm"]), default=0) or None
+    last = figures["torch"][-1]
+    torch_memory = mib(last.get("peak_reserved_bytes"))
+    if last.get("peak_allocated_bytes") is not None:
+        torch_memory += f" ({mib(last['peak_allocated_bytes'])})"
+    notes = f"{last.get('precision', '')}, {last.get('step', '')} step"
+    return (
+        f"| {arch} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}× | "
+        f"{mib(cwm_memory)} | {torch_memory} | {notes} |"
+    )
+
+
+def header(args):
+    title = (
+        f"cwm against the {args.stack} PyTorch stack: training tokens/s at batch {args.batch} × "
+        f"{args.seq} tokens on {args.device}, median of {args.steps} steps after {args.warmup} "
+        f"warm-up, median of {args.rounds} round(s) per side"
+    )
+    return "\n".join(
+        [
+            title,
+            "",
+            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | PyTorch side |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cwm", type=Path, default=Path("target/release/cwm"), help="the cwm binary")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both sides)")
+    parser.add_argument("--families", default="all", type=lambda t: listed(t, FAMILIES, "family"))
+    parser.add_argument("--sizes", default="d128,d512", type=lambda t: listed(t, SIZES, "size"))
+    parser.add_argument("--stack", choices=("reference", "eager"), default="reference")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side")
+    parser.add_argument("--json-out", type=Path, help="append every process's JSON line here")
+    args = parser.parse_args()
+    if min(args.batch, args.seq, args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
+        parser.error(
+            "--batch, --seq, --steps, --rounds and --threads must be positive, --warmup not negative"
+        )
+    if not args.cwm.is_file():
+        parser.error(f"{args.cwm} is not a file (build cwm, or pass --cwm)")
+
+    sink = args.json_out.open("a") if args.json_out else None
+    lines, failed = [header(args)], 0
+    for arch in args.families:
+        for size in args.sizes:
+            try:
+                lines.append(row(arch, size, measure_cell(args, arch, size, sink)))
+            except (RuntimeError, ValueError, KeyError) as error:
+                failed += 1
+                print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
+                lines.append(f"| {arch} | {size} | failed: {error} |  |  |  |  |  |")
+    if sink is not None:
+        sink.close()
+    print("\n".join(lines))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
