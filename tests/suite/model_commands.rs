@@ -68,15 +68,21 @@ fn compare_stacks(ws: &Workspace, families: &str, json_out: &Path) -> (bool, Str
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
-#[test]
-fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
+/// Whether `python3` imports `modules`; see [`crate::require`] (`install` says how to get them).
+fn python_with(modules: &str, install: &str) -> bool {
     let ok = Command::new("python3")
-        .args(["-c", "import torch, slices"])
+        .args(["-c", &format!("import {modules}")])
         .output()
         .is_ok_and(|o| o.status.success());
-    let needs =
-        "python3 with torch and torch-slices (pip install torch==2.15.0 torch-slices==0.3.3)";
-    if !crate::require(needs, ok) {
+    crate::require(&format!("python3 with {modules} ({install})"), ok)
+}
+
+#[test]
+fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
+    if !python_with(
+        "torch, slices",
+        "pip install torch==2.15.0 torch-slices==0.3.3",
+    ) {
         return;
     }
     let ws = Workspace::new("compare-stacks");
@@ -118,11 +124,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
 
 #[test]
 fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !crate::require("python3 with torch (pip install torch==2.15.0)", ok) {
+    if !python_with("torch", "pip install torch==2.15.0") {
         return;
     }
     let ws = Workspace::new("compare-stacks-fails");

@@ -122,11 +122,12 @@ def import_mamba_ssm():
 # SLiCE (spec B.2) from torch-slices
 
 
-class SliceRef(nn.Module):
+class SliceRef(eager.Slice):
+    """cwm's PyTorch SLiCE model (embedding, dropout, head) with torch-slices' layers."""
+
     def __init__(self, d, layers, block, dropout):
-        super().__init__()
+        super().__init__(d, 0, block, dropout)
         slices = _import("slices", "torch-slices==0.3.3")
-        self.embedding = nn.Embedding(VOCAB, d)
         self.layers = nn.ModuleList(
             slices.SLiCELayer(
                 input_dim=d,
@@ -148,14 +149,6 @@ class SliceRef(nn.Module):
             )
             for _ in range(layers)
         )
-        self.output_head = nn.Linear(d, HEAD_OUT)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, moves):
-        x = self.drop(self.embedding(moves))
-        for layer in self.layers:
-            x = layer(x)
-        return self.output_head(x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ fn torch_available() -> bool {
     )
 }
 
+/// Whether `python3 -c "import MODULES"` succeeds.
 fn python_imports(modules: &str) -> bool {
     Command::new("python3")
         .args(["-c", &format!("import {modules}")])
