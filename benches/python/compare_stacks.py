@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FAMILIES = ("transformer", "slice", "slice_diag", "gdn", "gdn_pos", "mamba2", "mamba3")
-SIZES = ("d128", "d256", "d384", "d512")
+sys.path.insert(0, str(HERE.parents[1] / "crates/models/python"))
+from cwm_torch_models import FAMILIES, SIZES  # noqa: E402
 
 
 def listed(text, known, what):

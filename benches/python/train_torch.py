@@ -77,12 +77,17 @@ def reference_precision(args, device):
     return "tf32", contextlib.nullcontext
 
 
-def lean_step(model, optim, batch, autocast):
-    """Returns the loss; the loss and the gradient norm are read back at the end."""
+def forward_loss(model, optim, batch, autocast):
+    """Zeroes the gradients and returns the state loss of ``batch`` (under ``autocast``)."""
     moves, targets, valid = batch
     optim.zero_grad(set_to_none=True)
     with autocast():
-        loss = models.state_loss(model(moves), targets, valid)
+        return models.state_loss(model(moves), targets, valid)
+
+
+def lean_step(model, optim, batch, autocast):
+    """Returns the loss; the loss and the gradient norm are read back at the end."""
+    loss = forward_loss(model, optim, batch, autocast)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optim.step()
@@ -91,10 +96,7 @@ def lean_step(model, optim, batch, autocast):
 
 def reference_step(model, optim, batch, autocast):
     """Returns the loss; reads back as the reference's loop does (spec D.1 steps 5 and 7)."""
-    moves, targets, valid = batch
-    optim.zero_grad(set_to_none=True)
-    with autocast():
-        loss = models.state_loss(model(moves), targets, valid)
+    loss = forward_loss(model, optim, batch, autocast)
     if not torch.isfinite(loss.detach()).item():
         return float("nan")
     loss.backward()

@@ -65,16 +65,9 @@ stages:
     )
 }
 
-/// Whether `python3 -c "import pyarrow.parquet, numpy"` works (see [`crate::require`]).
+/// Whether `python3 -c "import pyarrow.parquet, numpy"` works (see [`cwm_testkit::require_python`]).
 fn python_with_pyarrow() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import pyarrow.parquet, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    crate::require(
-        "python3 with pyarrow and numpy, for the Python reading check (pip install pyarrow numpy)",
-        ok,
-    )
+    cwm_testkit::require_python("pyarrow.parquet, numpy", "pip install pyarrow numpy")
 }
 
 #[test]

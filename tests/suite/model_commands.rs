@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use cwm_testkit::require_python;
+
 use super::{Workspace, cwm_command};
 
 #[test]
@@ -68,18 +70,9 @@ fn compare_stacks(ws: &Workspace, families: &str, json_out: &Path) -> (bool, Str
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
-/// Whether `python3` imports `modules`; see [`crate::require`] (`install` says how to get them).
-fn python_with(modules: &str, install: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    crate::require(&format!("python3 with {modules} ({install})"), ok)
-}
-
 #[test]
 fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
-    if !python_with(
+    if !require_python(
         "torch, slices",
         "pip install torch==2.15.0 torch-slices==0.3.3",
     ) {
@@ -124,7 +117,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
 
 #[test]
 fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
-    if !python_with("torch", "pip install torch==2.15.0") {
+    if !require_python("torch", "pip install torch==2.15.0") {
         return;
     }
     let ws = Workspace::new("compare-stacks-fails");

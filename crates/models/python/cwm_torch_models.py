@@ -529,13 +529,18 @@ class Mamba(nn.Module):
         return self.output_head(self.final_norm(x))
 
 
-def build(arch, size, mimo=False, dropout=0.1, slice_parallel=True):
-    """The model of family ``arch`` at ``size`` (e.g. ``"slice", "d128"``)."""
+def dimensions(arch, size):
+    """``(d_model, layers, heads)`` of ``size``, after checking both names."""
     if arch not in FAMILIES:
         raise ValueError(f"unknown family {arch!r} (expected one of {', '.join(FAMILIES)})")
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r} (expected one of {', '.join(SIZES)})")
-    d, layers, heads = SIZES[size]
+    return SIZES[size]
+
+
+def build(arch, size, mimo=False, dropout=0.1, slice_parallel=True):
+    """The model of family ``arch`` at ``size`` (e.g. ``"slice", "d128"``)."""
+    d, layers, heads = dimensions(arch, size)
     if arch == "transformer":
         return Transformer(d, layers, heads, dropout)
     if arch in ("slice", "slice_diag"):

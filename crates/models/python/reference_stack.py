@@ -36,18 +36,7 @@ import torch
 from torch import nn
 
 import cwm_torch_models as eager
-from cwm_torch_models import HEAD_OUT, PAD, SIZES, VOCAB, RMSNorm
-
-# family -> what its core comes from
-LIBRARIES = {
-    "transformer": "torch.nn.functional.scaled_dot_product_attention",
-    "slice": "torch-slices 0.3.3",
-    "slice_diag": "torch-slices 0.3.3",
-    "gdn": "flash-linear-attention 0.5.0 (fla-core 0.5.0)",
-    "gdn_pos": "flash-linear-attention 0.5.0 (fla-core 0.5.0)",
-    "mamba2": "mamba_ssm b267be48 with causal-conv1d",
-    "mamba3": "mamba_ssm b267be48",
-}
+from cwm_torch_models import HEAD_OUT, PAD, VOCAB, RMSNorm
 
 # The kernels mamba_ssm imports eagerly and SISO/Mamba-2 training never calls:
 # (module, its function or None for a whole extension, the package behind it, what it is)
@@ -269,11 +258,7 @@ class MambaRef(nn.Module):
 
 def build(arch, size, dropout=0.1):
     """The reference stack's model of family ``arch`` at ``size``."""
-    if arch not in LIBRARIES:
-        raise ValueError(f"unknown family {arch!r} (expected one of {', '.join(LIBRARIES)})")
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r} (expected one of {', '.join(SIZES)})")
-    d, layers, heads = SIZES[size]
+    d, layers, heads = eager.dimensions(arch, size)
     if arch == "transformer":
         return eager.Transformer(d, layers, heads, dropout)
     if arch in ("slice", "slice_diag"):

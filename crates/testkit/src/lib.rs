@@ -5,6 +5,7 @@
 //! passing by checking nothing; elsewhere it skips, loudly.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 /// Whether the calling test may go on: `true` when `available`. Otherwise (`what` names what
 /// is missing and how to get it) it panics when `CI` is set, since CI must not pass a test that
@@ -23,6 +24,19 @@ pub fn require(what: &str, available: bool) -> bool {
         eprintln!("SKIPPED: {test}: {what} is missing (under CI this test fails)");
     }
     available
+}
+
+/// Whether `python3` imports `modules` (e.g. `"torch, slices"`), decided by [`require`];
+/// `install` says how to get them (e.g. `"pip install torch-slices==0.3.3"`).
+///
+/// # Panics
+/// As [`require`], when `python3` cannot import them and `CI` is set.
+pub fn require_python(modules: &str, install: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    require(&format!("python3 with {modules} ({install})"), ok)
 }
 
 /// Whether the `CI` environment variable is set and not empty.

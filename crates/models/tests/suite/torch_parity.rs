@@ -13,7 +13,7 @@
 //!   the model the GPU comparison of docs/gpu.md times.
 //!
 //! When `python3` cannot import torch, safetensors and numpy (and torch-slices, for the last
-//! test) these fail under CI and skip loudly elsewhere (see [`require`]).
+//! test) these fail under CI and skip loudly elsewhere (see [`require_python`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,23 +30,14 @@ fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("python")
 }
 
-use cwm_testkit::require;
+use cwm_testkit::require_python;
 
-/// Whether `python3` imports torch, safetensors and numpy; see [`require`].
+/// Whether `python3` imports torch, safetensors and numpy; see [`require_python`].
 fn torch_available() -> bool {
-    require(
-        "python3 with torch, safetensors and numpy \
-         (pip install torch==2.15.0 safetensors==0.8.0 numpy)",
-        python_imports("torch, safetensors, numpy"),
+    require_python(
+        "torch, safetensors, numpy",
+        "pip install torch==2.15.0 safetensors==0.8.0 numpy",
     )
-}
-
-/// Whether `python3 -c "import MODULES"` succeeds.
-fn python_imports(modules: &str) -> bool {
-    Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -203,12 +194,7 @@ fn logits_match_pytorch() {
 
 #[test]
 fn slice_logits_match_torch_slices() {
-    let available = torch_available()
-        && require(
-            "python3 with torch-slices (pip install torch-slices==0.3.3)",
-            python_imports("slices"),
-        );
-    if available {
+    if torch_available() && require_python("slices", "pip install torch-slices==0.3.3") {
         let configs = [Family::Slice, Family::SliceDiag]
             .map(|family| ModelConfig::new(family, Size::D128))
             .to_vec();

@@ -814,11 +814,7 @@ fn without_probabilities_the_file_has_the_seven_required_columns_and_python_read
         ]
     );
 
-    let python = Command::new("python3")
-        .args(["-c", "import pyarrow.parquet"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !cwm_testkit::require("python3 with pyarrow (pip install pyarrow)", python) {
+    if !cwm_testkit::require_python("pyarrow.parquet", "pip install pyarrow") {
         return;
     }
     let script = r#"
