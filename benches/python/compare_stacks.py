@@ -14,10 +14,22 @@ median over rounds of its per-process medians; the ratio is cwm's over PyTorch's
 cwm is at least as fast). Memory: the most cwm's allocator held after any step, and PyTorch's
 ``max_memory_reserved`` (with ``max_memory_allocated`` in brackets); blank on the CPU.
 
-The markdown table goes to stdout, progress to stderr; ``--json-out`` appends every process's
-own JSON line with its ``side`` and ``round``. A cell that fails (a library missing, a
-non-finite loss, out of memory) is reported in its row with the error's last line, the other
-cells go on, and the exit status is 1.
+The markdown table goes to stdout, progress to stderr (each process's wall time included);
+``--json-out`` appends every process's own JSON line with its ``side``, ``round`` and ``cell``
+(the settings that identify the measurement). A cell that fails (a library missing, a
+non-finite loss, out of memory, a process past ``--timeout``) is reported in its row with the
+error's last line, the other cells go on, and the exit status is 1.
+
+For a machine lent for a limited time, two more options make the comparison a series of calls
+that each end in time and pick up where the last one stopped:
+
+* ``--budget-s S``: no process runs past S seconds from the start. Once the longest cell so
+  far would not fit in what is left, or a process is still running at the budget's end (it is
+  stopped), no process starts; the cells left are reported as "not run" (exit status 3 when
+  nothing failed), except those ``--resume`` finds whole in the file.
+* ``--resume`` (with ``--json-out``): a process whose line the file already holds for the same
+  cell, side and round is not run again; its figures are read from the file. With every
+  process there, nothing runs and the table is printed from the file.
 """
 
 import argparse
@@ -25,6 +37,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,9 +79,72 @@ def commands(args, arch, size):
     return {"cwm": cwm + shape_args(args, arch, size), "torch": torch + shape_args(args, arch, size)}
 
 
-def run(command):
-    """The process's JSON line, or raises RuntimeError with the last line of its stderr."""
-    done = subprocess.run(command, check=False, capture_output=True, text=True)
+class OutOfBudget(Exception):
+    """The time budget ran out before the cell's processes were done."""
+
+
+def cell_key(args, arch, size):
+    """The settings that identify one cell's measurement in ``--json-out``."""
+    return {
+        "family": arch, "size": size, "device": args.device, "stack": args.stack,
+        "batch": args.batch, "seq": args.seq, "warmup": args.warmup, "steps": args.steps,
+        "threads": args.threads,
+    }  # fmt: skip
+
+
+def recorded(path):
+    """The lines of an earlier ``--json-out``, keyed by (cell, side, round)."""
+    found = {}
+    if path is None or not path.exists():
+        return found
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            value = json.loads(line)
+            key = (json.dumps(value["cell"], sort_keys=True), value["side"], value["round"])
+        except (ValueError, KeyError, TypeError):
+            print(f"compare_stacks: {path}:{number}: not a line of this script, ignored", file=sys.stderr)
+            continue
+        found[key] = value
+    return found
+
+
+class Clock:
+    """The time budget: how long the next process may run, and whether a cell still fits."""
+
+    def __init__(self, budget_s, timeout_s):
+        self.start, self.budget_s, self.timeout_s = time.monotonic(), budget_s, timeout_s
+        self.longest_cell_s = 0.0
+        self.closed = False
+
+    def left(self):
+        return None if self.budget_s is None else self.budget_s - (time.monotonic() - self.start)
+
+    def check_a_cell_fits(self):
+        """Closes the clock, for good, once the longest cell so far would not fit."""
+        left = self.left()
+        self.closed = self.closed or (left is not None and left <= self.longest_cell_s)
+
+    def process_limit(self):
+        """(seconds, whether the budget rather than --timeout sets them); raises OutOfBudget
+        when the clock is closed."""
+        if self.closed:
+            raise OutOfBudget()
+        left = self.left()
+        if left is not None and (self.timeout_s is None or left < self.timeout_s):
+            return max(left, 0.0), True
+        return self.timeout_s, False
+
+
+def run(command, clock):
+    """The process's JSON line. Raises RuntimeError with the last line of its stderr, or
+    OutOfBudget when the budget, not --timeout, stopped it."""
+    limit, by_budget = clock.process_limit()
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        if by_budget:
+            raise OutOfBudget() from None
+        raise RuntimeError(f"timed out after {limit:g} s (--timeout)") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or [
             f"exit status {done.returncode}"
@@ -77,18 +153,30 @@ def run(command):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_cell(args, arch, size, sink):
-    """Per side, the list of its rounds' JSON objects."""
+def measure_cell(args, arch, size, sink, clock, earlier):
+    """Per side, the list of its rounds' JSON objects (from ``earlier`` where it has them)."""
     figures = {"cwm": [], "torch": []}
     cell = commands(args, arch, size)
+    key = cell_key(args, arch, size)
+    started = time.monotonic()
     for round_index in range(args.rounds):
         order = ("cwm", "torch") if round_index % 2 == 0 else ("torch", "cwm")
         for side in order:
-            print(f"compare_stacks: {arch} {size} round {round_index + 1}: {side}", file=sys.stderr)
-            value = run(cell[side])
-            figures[side].append(value)
-            if sink is not None:
-                sink.write(json.dumps({"side": side, "round": round_index + 1, **value}) + "\n")
+            line = earlier.get((json.dumps(key, sort_keys=True), side, round_index + 1))
+            if line is None:
+                begun = time.monotonic()
+                value = run(cell[side], clock)
+                print(
+                    f"compare_stacks: {arch} {size} round {round_index + 1}: {side} "
+                    f"({time.monotonic() - begun:.1f} s)",
+                    file=sys.stderr,
+                )
+                line = {"side": side, "round": round_index + 1, "cell": key, **value}
+                if sink is not None:
+                    sink.write(json.dumps(line) + "\n")
+                    sink.flush()
+            figures[side].append(line)
+    clock.longest_cell_s = max(clock.longest_cell_s, time.monotonic() - started)
     return figures
 
 
@@ -141,28 +229,48 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side")
     parser.add_argument("--json-out", type=Path, help="append every process's JSON line here")
+    parser.add_argument("--resume", action="store_true", help="reuse what --json-out already holds")
+    parser.add_argument("--budget-s", type=float, help="end within this many seconds (see above)")
+    parser.add_argument("--timeout", type=float, help="stop a process after this many seconds")
     args = parser.parse_args()
     if min(args.batch, args.seq, args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
         parser.error(
             "--batch, --seq, --steps, --rounds and --threads must be positive, --warmup not negative"
         )
+    if any(value is not None and value <= 0 for value in (args.budget_s, args.timeout)):
+        parser.error("--budget-s and --timeout must be positive")
+    if args.resume and args.json_out is None:
+        parser.error("--resume reads the file of --json-out: give one")
     if not args.cwm.is_file():
         parser.error(f"{args.cwm} is not a file (build cwm, or pass --cwm)")
 
+    earlier = recorded(args.json_out) if args.resume else {}
+    clock = Clock(args.budget_s, args.timeout)
     sink = args.json_out.open("a") if args.json_out else None
-    lines, failed = [header(args)], 0
+    lines, failed, not_run = [header(args)], 0, 0
     for arch in args.families:
         for size in args.sizes:
+            clock.check_a_cell_fits()
             try:
-                lines.append(row(arch, size, measure_cell(args, arch, size, sink)))
+                lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
+            except OutOfBudget:
+                clock.closed = True
+                not_run += 1
+                lines.append(f"| {arch} | {size} | not run: the time budget ran out |  |  |  |  |  |")
             except (RuntimeError, ValueError, KeyError) as error:
                 failed += 1
                 print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
                 lines.append(f"| {arch} | {size} | failed: {error} |  |  |  |  |  |")
     if sink is not None:
         sink.close()
+    if not_run:
+        print(
+            f"compare_stacks: {not_run} cell(s) not run within --budget-s {args.budget_s:g}; "
+            "run again with --resume to go on",
+            file=sys.stderr,
+        )
     print("\n".join(lines))
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed else 3 if not_run else 0)
 
 
 if __name__ == "__main__":

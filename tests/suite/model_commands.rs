@@ -53,8 +53,14 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert_eq!(zero.status.code(), Some(2), "a chunk of 0 steps is refused");
 }
 
-/// Runs `compare_stacks.py` on the CPU at a toy shape; returns (success, stdout, stderr).
-fn compare_stacks(ws: &Workspace, families: &str, json_out: &Path) -> (bool, String, String) {
+/// Runs `compare_stacks.py` on the CPU at a toy shape, two rounds unless `extra` says
+/// otherwise; returns (exit status, stdout, stderr).
+fn compare_stacks(
+    ws: &Workspace,
+    families: &str,
+    json_out: &Path,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/compare_stacks.py");
     let out = Command::new("python3")
         .arg(script)
@@ -63,11 +69,21 @@ fn compare_stacks(ws: &Workspace, families: &str, json_out: &Path) -> (bool, Str
         .args(["--warmup", "0", "--steps", "1", "--rounds", "2"])
         .arg("--json-out")
         .arg(json_out)
+        .args(extra)
         .current_dir(&ws.dir)
         .output()
         .expect("run python3");
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The line of `table` for `family` at d128, split into trimmed cells.
+fn table_row<'a>(table: &'a str, family: &str) -> Vec<&'a str> {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {family} | d128 |")))
+        .unwrap_or_else(|| panic!("no row for {family}:\n{table}"));
+    row.split('|').map(str::trim).collect()
 }
 
 #[test]
@@ -80,8 +96,8 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     }
     let ws = Workspace::new("compare-stacks");
     let json_out = ws.dir.join("figures.jsonl");
-    let (ok, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out);
-    assert!(ok, "{stdout}\n{stderr}");
+    let (code, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json_out)
         .unwrap()
         .lines()
@@ -101,17 +117,69 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
             .collect();
         (v[0] + v[1]) / 2.0
     };
-    let row = stdout
-        .lines()
-        .find(|l| l.starts_with("| slice_diag | d128 |"))
-        .unwrap_or_else(|| panic!("no row:\n{stdout}"));
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let cells = table_row(&stdout, "slice_diag");
     let ratio = format!("{:.2}×", median("cwm") / median("torch"));
-    assert_eq!(cells[5], ratio, "{row}");
+    assert_eq!(cells[5], ratio, "{cells:?}");
     assert_eq!(
         cells[3].replace(',', ""),
         format!("{:.0}", median("cwm")),
-        "{row}"
+        "{cells:?}"
+    );
+}
+
+#[test]
+fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
+    if !require_python(
+        "torch, slices",
+        "pip install torch==2.15.0 torch-slices==0.3.3",
+    ) {
+        return;
+    }
+    let ws = Workspace::new("compare-stacks-resume");
+    let json_out = ws.dir.join("figures.jsonl");
+    let one_round = ["--rounds", "1"];
+    let (code, first, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &one_round);
+    assert_eq!(code, Some(0), "{first}\n{stderr}");
+    let recorded = std::fs::read_to_string(&json_out).unwrap();
+    let line: serde_json::Value = serde_json::from_str(recorded.lines().next().unwrap()).unwrap();
+    assert_eq!(line["cell"]["family"], "slice_diag", "{line}");
+    assert_eq!(line["cell"]["stack"], "reference", "{line}");
+
+    // Everything is in the file: nothing runs and the row is the first run's.
+    let resume = ["--rounds", "1", "--resume"];
+    let (code, again, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &resume);
+    assert_eq!(code, Some(0), "{again}\n{stderr}");
+    assert!(
+        !stderr.contains("round 1:"),
+        "a process ran again:\n{stderr}"
+    );
+    assert_eq!(
+        table_row(&again, "slice_diag"),
+        table_row(&first, "slice_diag")
+    );
+    assert_eq!(std::fs::read_to_string(&json_out).unwrap(), recorded);
+
+    // No time left: the recorded cell is still shown, the new one is not run (status 3).
+    let budget = ["--rounds", "1", "--resume", "--budget-s", "0.000001"];
+    let (code, out, stderr) = compare_stacks(&ws, "slice_diag,transformer", &json_out, &budget);
+    assert_eq!(code, Some(3), "{out}\n{stderr}");
+    assert_eq!(
+        table_row(&out, "slice_diag"),
+        table_row(&first, "slice_diag")
+    );
+    assert_eq!(
+        table_row(&out, "transformer")[3],
+        "not run: the time budget ran out"
+    );
+    assert!(stderr.contains("--resume to go on"), "{stderr}");
+
+    // A process past --timeout fails its cell (status 1).
+    let timeout = ["--rounds", "1", "--timeout", "0.01"];
+    let (code, out, stderr) = compare_stacks(&ws, "transformer", &json_out, &timeout);
+    assert_eq!(code, Some(1), "{out}\n{stderr}");
+    assert_eq!(
+        table_row(&out, "transformer")[3],
+        "failed: timed out after 0.01 s (--timeout)"
     );
 }
 
@@ -122,8 +190,8 @@ fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
     }
     let ws = Workspace::new("compare-stacks-fails");
     // Gated DeltaNet's reference stack (flash-linear-attention) runs on CUDA only.
-    let (ok, stdout, stderr) = compare_stacks(&ws, "gdn", &ws.dir.join("figures.jsonl"));
-    assert!(!ok, "{stdout}\n{stderr}");
+    let (code, stdout, stderr) = compare_stacks(&ws, "gdn", &ws.dir.join("figures.jsonl"), &[]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains("| gdn | d128 | failed: "), "{stdout}");
     assert!(
         stderr.contains("compare_stacks: gdn d128 failed"),
