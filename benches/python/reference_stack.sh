@@ -10,8 +10,9 @@
 #
 #   benches/python/reference_stack.sh install DIR
 #       on the GPU machine (PyTorch, Triton 3.6 and nvcc already there): the wheels into
-#       DIR/site, causal-conv1d compiled there with nvcc (Mamba-2's fused path calls it), and
-#       prints the PYTHONPATH that makes DIR/site and DIR/src importable.
+#       DIR/site, causal-conv1d compiled there with nvcc for that GPU only (CUDA_ARCH=90 to
+#       choose; Mamba-2's fused path calls it) unless DIR/site already holds a build this
+#       PyTorch loads, and prints the PYTHONPATH that makes DIR/site and DIR/src importable.
 #
 # mamba_ssm is not installed, only put on the path: its CUDA extensions are for Mamba-1, and
 # reference_stack.py stands in for the kernels SISO and Mamba-2 training never call.
@@ -22,7 +23,7 @@ WHEELS=(torch-slices==0.3.3 fla-core==0.5.0 flash-linear-attention==0.5.0)
 CONV1D=causal_conv1d-1.6.1.tar.gz
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -45,18 +46,62 @@ fetch() {
     "packages and mamba_ssm at ${MAMBA_REVISION:0:8}" >&2
 }
 
+# The compute capability to build for, as nvcc spells it (90 on an H100 or H200): CUDA_ARCH
+# if set, else the first GPU's.
+cuda_arch() {
+  if [ -n "${CUDA_ARCH:-}" ]; then
+    echo "$CUDA_ARCH"
+  else
+    python3 -c 'import torch; print("%d%d" % torch.cuda.get_device_capability())'
+  fi
+}
+
+# causal-conv1d's setup.py compiles for every architecture from sm_75 to sm_121; this keeps the
+# one of this machine (a ninth of the work), and torch's own arch flags agree with it.
+build_conv1d() {
+  local dir=$1 site=$2 arch work
+  arch=$(cuda_arch)
+  [[ $arch =~ ^[0-9]{2,3}$ ]] || { echo "error: bad compute capability '$arch'" >&2; exit 1; }
+  work=$(mktemp -d)
+  tar -xzf "$dir/sdist/$CONV1D" -C "$work"
+  python3 - "$work/${CONV1D%.tar.gz}/setup.py" "$arch" <<'PY'
+import sys
+
+path, arch = sys.argv[1:]
+text = open(path).read()
+anchor = "    # HACK: The compiler flag -D_GLIBCXX_USE_CXX11_ABI"
+if anchor not in text:
+    sys.exit(f"error: {path} is not the setup.py this script knows how to restrict")
+only = (
+    '    cc_flag = [f for f in cc_flag if f != "-gencode" and not f.startswith("arch=")]'
+    f' + ["-gencode", "arch=compute_{arch},code=sm_{arch}"]\n'
+)
+open(path, "w").write(text.replace(anchor, only + anchor, 1))
+PY
+  echo "building causal-conv1d for sm_$arch" >&2
+  # FORCE_BUILD: compile here instead of looking for a prebuilt wheel on GitHub.
+  CAUSAL_CONV1D_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST="${arch%?}.${arch: -1}" \
+    MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+    python3 -m pip install --quiet --no-index --no-deps --no-build-isolation \
+    --target "$site" "$work/${CONV1D%.tar.gz}"
+  rm -rf "$work"
+}
+
 install() {
-  local dir=$1
+  local dir=$1 site
   [ -d "$dir/wheels" ] && [ -f "$dir/sdist/$CONV1D" ] && [ -d "$dir/src/mamba_ssm" ] \
     || { echo "error: $dir lacks what 'fetch' puts there" >&2; exit 1; }
-  command -v nvcc >/dev/null || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
-  python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$dir/site" \
+  site=$(mkdir -p "$dir/site" && cd "$dir/site" && pwd)
+  python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" \
     "$dir"/wheels/*.whl
-  # FORCE_BUILD: compile here instead of looking for a prebuilt wheel on GitHub.
-  CAUSAL_CONV1D_FORCE_BUILD=TRUE MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-    python3 -m pip install --quiet --no-index --no-deps --no-build-isolation \
-    --target "$dir/site" "$dir/sdist/$CONV1D"
-  echo "export PYTHONPATH=$(cd "$dir" && pwd)/site:$(cd "$dir" && pwd)/src\${PYTHONPATH:+:\$PYTHONPATH}"
+  # A build brought along (DIR/site of an earlier install) is kept if this PyTorch loads it.
+  if PYTHONPATH=$site python3 -c 'import torch, causal_conv1d_cuda' 2>/dev/null; then
+    echo "causal-conv1d: the build in $site loads, kept" >&2
+  else
+    command -v nvcc >/dev/null || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
+    build_conv1d "$dir" "$site"
+  fi
+  echo "export PYTHONPATH=$site:$(cd "$dir/src" && pwd)\${PYTHONPATH:+:\$PYTHONPATH}"
 }
 
 case "${1:-}" in
