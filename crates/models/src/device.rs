@@ -5,7 +5,9 @@
 //! | `cpu` (also `flex`) | burn's pure-Rust CPU backend | always |
 //! | `cuda`, `cuda:N` | burn's CUDA backend, GPU `N` (default 0) | cargo feature `cuda` |
 //!
-//! Stages take the name as their `device` param, so a pipeline says where it trains.
+//! Stages take the name as their `device` param, so a pipeline says where it trains. In a
+//! `cuda` build, `cuda` on a machine without the NVIDIA driver's library is refused with an
+//! error saying so (burn's backend would panic on its device thread).
 
 use burn::prelude::*;
 
@@ -42,8 +44,76 @@ pub fn device_by_name(name: &str) -> Result<Device, ModelError> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(_name: &str, index: u32) -> Result<Device, String> {
+fn cuda(name: &str, index: u32) -> Result<Device, String> {
+    // burn's backend loads the driver on a thread of its own and panics there when it is
+    // missing; a machine without one gets this message instead.
+    if !driver_library_present(&DriverSearch::of_this_machine()) {
+        return Err(format!(
+            "{name:?}: the NVIDIA driver's library (libcuda.so) is not on this machine (looked \
+             in LD_LIBRARY_PATH, /etc/ld.so.cache and {}); run on a machine with an NVIDIA GPU \
+             and its driver, or use device cpu",
+            DRIVER_DIRS.join(", ")
+        ));
+    }
     Ok(Device::cuda(index))
+}
+
+/// Folders the driver's library is installed in by the usual packages (WSL's last), searched
+/// besides `LD_LIBRARY_PATH` and the dynamic loader's cache.
+#[cfg(feature = "cuda")]
+const DRIVER_DIRS: [&str; 5] = [
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/lib/wsl/lib",
+];
+
+/// Where to look for the CUDA driver's library.
+#[cfg(any(feature = "cuda", test))]
+struct DriverSearch {
+    /// The folders of `LD_LIBRARY_PATH`, then [`DRIVER_DIRS`].
+    dirs: Vec<std::path::PathBuf>,
+    /// The contents of the dynamic loader's cache (`/etc/ld.so.cache`), which names every
+    /// library the loader finds without a path.
+    loader_cache: Option<Vec<u8>>,
+}
+
+#[cfg(any(feature = "cuda", test))]
+impl DriverSearch {
+    #[cfg(feature = "cuda")]
+    fn of_this_machine() -> DriverSearch {
+        let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+            .map(|paths| std::env::split_paths(&paths).collect())
+            .unwrap_or_default();
+        dirs.extend(DRIVER_DIRS.iter().map(std::path::PathBuf::from));
+        DriverSearch {
+            dirs,
+            loader_cache: std::fs::read("/etc/ld.so.cache").ok(),
+        }
+    }
+}
+
+/// Whether the CUDA driver's library (`libcuda.so`, `libcuda.so.1`, ...) can be found where
+/// the dynamic loader looks for it. Always true off Linux, where these places mean nothing.
+#[cfg(any(feature = "cuda", test))]
+fn driver_library_present(search: &DriverSearch) -> bool {
+    const NAME: &[u8] = b"libcuda.so";
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let in_cache = search
+        .loader_cache
+        .as_deref()
+        .is_some_and(|cache| cache.windows(NAME.len()).any(|w| w == NAME));
+    in_cache
+        || search.dirs.iter().any(|dir| {
+            std::fs::read_dir(dir).is_ok_and(|entries| {
+                entries
+                    .flatten()
+                    .any(|entry| entry.file_name().as_encoded_bytes().starts_with(NAME))
+            })
+        })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -57,6 +127,26 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_driver_library_is_found_in_the_loader_cache_or_a_folder() {
+        let dir = std::env::temp_dir().join(format!("cwm-driver-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("libcudart.so.13"), b"").unwrap();
+        let mut search = DriverSearch {
+            dirs: vec![dir.clone(), dir.join("absent")],
+            loader_cache: Some(b"ld.so-1.7.0\0libc.so.6\0/lib/libc.so.6\0".to_vec()),
+        };
+        // The runtime (libcudart) is not the driver.
+        assert!(!driver_library_present(&search));
+        search.loader_cache = Some(b"\0libcuda.so.1\0/usr/lib64/libcuda.so.1\0".to_vec());
+        assert!(driver_library_present(&search));
+        search.loader_cache = None;
+        assert!(!driver_library_present(&search));
+        std::fs::write(dir.join("libcuda.so.1"), b"").unwrap();
+        assert!(driver_library_present(&search));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn names() {
