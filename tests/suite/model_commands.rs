@@ -77,6 +77,14 @@ fn compare_stacks(
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
+/// Whether PyTorch and torch-slices (the reference's SLiCE) are there, as `require_python`.
+fn torch_and_slices() -> bool {
+    require_python(
+        "torch, slices",
+        "pip install torch==2.15.0 torch-slices==0.3.3",
+    )
+}
+
 /// The line of `table` for `family` at d128, split into trimmed cells.
 fn table_row<'a>(table: &'a str, family: &str) -> Vec<&'a str> {
     let row = table
@@ -88,10 +96,7 @@ fn table_row<'a>(table: &'a str, family: &str) -> Vec<&'a str> {
 
 #[test]
 fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
-    if !require_python(
-        "torch, slices",
-        "pip install torch==2.15.0 torch-slices==0.3.3",
-    ) {
+    if !torch_and_slices() {
         return;
     }
     let ws = Workspace::new("compare-stacks");
@@ -129,10 +134,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
 
 #[test]
 fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
-    if !require_python(
-        "torch, slices",
-        "pip install torch==2.15.0 torch-slices==0.3.3",
-    ) {
+    if !torch_and_slices() {
         return;
     }
     let ws = Workspace::new("compare-stacks-resume");
