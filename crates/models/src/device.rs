@@ -51,21 +51,24 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
         return Err(format!(
             "{name:?}: the NVIDIA driver's library (libcuda.so) is not on this machine (looked \
              in LD_LIBRARY_PATH, /etc/ld.so.cache and {}); run on a machine with an NVIDIA GPU \
-             and its driver, or use device cpu",
+             and its driver (if the library is elsewhere, add its folder to LD_LIBRARY_PATH), \
+             or use device cpu",
             DRIVER_DIRS.join(", ")
         ));
     }
     Ok(Device::cuda(index))
 }
 
-/// Folders the driver's library is installed in by the usual packages (WSL's last), searched
+/// Folders the driver's library is installed in by the usual packages and container images
+/// (WSL's last), searched
 /// besides `LD_LIBRARY_PATH` and the dynamic loader's cache.
 #[cfg(feature = "cuda")]
-const DRIVER_DIRS: [&str; 5] = [
+const DRIVER_DIRS: [&str; 6] = [
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
     "/usr/lib64",
     "/usr/lib",
+    "/usr/local/nvidia/lib64",
     "/usr/lib/wsl/lib",
 ];
 
