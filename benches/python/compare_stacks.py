@@ -92,15 +92,20 @@ def cell_key(args, arch, size):
     }  # fmt: skip
 
 
+def record_key(cell, side, round_number):
+    """How ``--resume`` finds one process's line: its cell, side and round."""
+    return json.dumps(cell, sort_keys=True), side, round_number
+
+
 def recorded(path):
-    """The lines of an earlier ``--json-out``, keyed by (cell, side, round)."""
+    """The lines of an earlier ``--json-out``, keyed by :func:`record_key`."""
     found = {}
     if path is None or not path.exists():
         return found
     for number, line in enumerate(path.read_text().splitlines(), 1):
         try:
             value = json.loads(line)
-            key = (json.dumps(value["cell"], sort_keys=True), value["side"], value["round"])
+            key = record_key(value["cell"], value["side"], value["round"])
         except (ValueError, KeyError, TypeError):
             print(f"compare_stacks: {path}:{number}: not a line of this script, ignored", file=sys.stderr)
             continue
@@ -143,6 +148,7 @@ def run(command, clock):
         done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         if by_budget:
+            clock.closed = True
             raise OutOfBudget() from None
         raise RuntimeError(f"timed out after {limit:g} s (--timeout)") from None
     if done.returncode != 0:
@@ -162,7 +168,7 @@ def measure_cell(args, arch, size, sink, clock, earlier):
     for round_index in range(args.rounds):
         order = ("cwm", "torch") if round_index % 2 == 0 else ("torch", "cwm")
         for side in order:
-            line = earlier.get((json.dumps(key, sort_keys=True), side, round_index + 1))
+            line = earlier.get(record_key(key, side, round_index + 1))
             if line is None:
                 begun = time.monotonic()
                 value = run(cell[side], clock)
@@ -254,7 +260,6 @@ def main():
             try:
                 lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
             except OutOfBudget:
-                clock.closed = True
                 not_run += 1
                 lines.append(f"| {arch} | {size} | not run: the time budget ran out |  |  |  |  |  |")
             except (RuntimeError, ValueError, KeyError) as error:

@@ -56,8 +56,8 @@ cuda_arch() {
   fi
 }
 
-# causal-conv1d's setup.py compiles for every architecture from sm_75 to sm_121; this keeps the
-# one of this machine (a ninth of the work), and torch's own arch flags agree with it.
+# causal-conv1d's setup.py compiles for every architecture from sm_75 to sm_121; this keeps
+# only this machine's, and torch's own arch flags agree with it.
 build_conv1d() {
   local dir=$1 site=$2 arch work
   arch=$(cuda_arch)
