@@ -17,7 +17,7 @@ use std::path::Path;
 use burn::prelude::*;
 use serde_json::{Value, json};
 
-use crate::config::{ModelConfig, Rope, Scan};
+use crate::config::{ModelConfig, Precision, Rope, Scan};
 use crate::error::ModelError;
 use crate::model::Model;
 
@@ -45,6 +45,7 @@ pub fn config_to_json(config: &ModelConfig) -> Value {
         "chunk_size": config.chunk_size,
         "mamba3_mimo": config.mamba3_mimo,
         "mamba3_mimo_rank": config.mamba3_mimo_rank,
+        "precision": config.precision.name(),
     })
 }
 
@@ -104,6 +105,9 @@ pub fn config_from_json(value: &Value) -> Result<ModelConfig, ModelError> {
     if let Some(rank) = unsigned("mamba3_mimo_rank")? {
         config.mamba3_mimo_rank = rank;
     }
+    if let Some(precision) = text("precision")? {
+        config.precision = precision.parse::<Precision>()?;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -155,6 +159,10 @@ pub fn load_config(dir: &Path) -> Result<ModelConfig, ModelError> {
 
 /// Loads the checkpoint in `dir` onto `device`: the model and its configuration.
 ///
+/// The model computes in f32 whatever [`Precision`] it was trained in, as the reference
+/// evaluates every checkpoint (spec A.5); the configuration keeps the training precision, which
+/// [`Model::with_precision`] puts back (a resumed training run does).
+///
 /// # Errors
 /// As [`load_config`], [`Model::init`], and [`ModelError::Checkpoint`] when the weights are
 /// missing, unreadable or do not fit the architecture.
@@ -164,7 +172,11 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<(Model, ModelConfig), M
     if !weights.is_file() {
         return Err(checkpoint_error(&weights, "missing"));
     }
-    let model = Model::init(&config, device)?
+    let f32_config = ModelConfig {
+        precision: Precision::F32,
+        ..config.clone()
+    };
+    let model = Model::init(&f32_config, device)?
         .try_load_file(&weights)
         .map_err(|e| checkpoint_error(&weights, e.to_string()))?;
     Ok((model, config))
@@ -182,6 +194,7 @@ mod tests {
         config.mamba3_mimo = true;
         config.scan = Scan::Sequential;
         config.dropout = 0.0;
+        config.precision = Precision::Bf16;
         let back = config_from_json(&config_to_json(&config)).unwrap();
         assert_eq!(back, config);
         // An unset chunk size stays unset (the device picks it); a stored one is kept.

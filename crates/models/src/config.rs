@@ -228,6 +228,63 @@ impl FromStr for Scan {
     }
 }
 
+/// The arithmetic of a model's matrix products (spec B.4: the reference trains Mamba-3 under
+/// bf16 autocast on CUDA; everything else, and every evaluation, in f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// `f32`: every operation in f32. The default.
+    #[default]
+    F32,
+    /// `bf16`: the reference's bf16 autocast as far as it changes numbers that matter: every
+    /// `Linear` of the model (the output head too) multiplies bf16-rounded inputs and weights
+    /// and rounds its output to bf16, and the loss's denominator is counted in bf16 (spec A.4's
+    /// quirk). Parameters, gradients, the optimizer, norms, the recurrence and the
+    /// cross-entropy stay f32. Only the Mamba families ([`Family::Mamba3`], [`Family::Mamba2`])
+    /// implement it.
+    Bf16,
+}
+
+impl Precision {
+    /// The canonical name (`f32` or `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// The reference's choice for `family` on `device`: `bf16` for Mamba-3 on a GPU, `f32`
+    /// otherwise (the reference autocasts only on CUDA).
+    pub fn reference(family: Family, device: &Device) -> Precision {
+        if family == Family::Mamba3 && *device != Device::flex() {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(ModelError::InvalidConfig {
+                field: "precision",
+                reason: format!("{s:?} is not f32 or bf16"),
+            }),
+        }
+    }
+}
+
 /// Everything that determines a model's architecture and its dropout.
 ///
 /// Build one with [`ModelConfig::new`] (the reference's defaults) and adjust fields; call
@@ -255,6 +312,9 @@ pub struct ModelConfig {
     pub mamba3_mimo: bool,
     /// Mamba-3 only: the MIMO rank. Default 4.
     pub mamba3_mimo_rank: usize,
+    /// The arithmetic of the matrix products. Default [`Precision::F32`]; [`Precision::Bf16`]
+    /// for the Mamba families only.
+    pub precision: Precision,
 }
 
 impl ModelConfig {
@@ -270,6 +330,7 @@ impl ModelConfig {
             chunk_size: None,
             mamba3_mimo: false,
             mamba3_mimo_rank: 4,
+            precision: Precision::F32,
         }
     }
 
@@ -329,6 +390,18 @@ impl ModelConfig {
         }
         if self.mamba3_mimo && self.mamba3_mimo_rank == 0 {
             return Err(invalid("mamba3_mimo_rank", "must be at least 1".into()));
+        }
+        if self.precision == Precision::Bf16
+            && !matches!(self.family, Family::Mamba3 | Family::Mamba2)
+        {
+            return Err(invalid(
+                "precision",
+                format!(
+                    "bf16 is implemented for mamba3 and mamba2 (the family the reference \
+                     trains under bf16 autocast), not {}",
+                    self.family
+                ),
+            ));
         }
         Ok(())
     }
@@ -400,6 +473,16 @@ mod tests {
             Err(ModelError::UnknownSize(_))
         ));
         assert_eq!("standard".parse::<Rope>().unwrap(), Rope::Standard);
+        for precision in [Precision::F32, Precision::Bf16] {
+            assert_eq!(precision.name().parse::<Precision>().unwrap(), precision);
+        }
+        assert!("fp16".parse::<Precision>().is_err());
+        let cpu = Device::flex();
+        assert_eq!(Precision::reference(Family::Mamba3, &cpu), Precision::F32);
+        assert_eq!(
+            Precision::reference(Family::Mamba3, &cpu.autodiff()),
+            Precision::F32
+        );
     }
 
     #[test]

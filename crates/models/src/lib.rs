@@ -41,6 +41,7 @@ pub mod interop;
 mod loss;
 mod mamba;
 mod metrics;
+pub mod mixed;
 mod model;
 mod recurrent;
 mod slice;
@@ -49,7 +50,7 @@ mod transformer;
 // Exported: what other crates, tests, benches and examples use, and what the signatures and
 // docs of those items name.
 pub use checkpoint::{load_model, save_model};
-pub use config::{Family, ModelConfig, Rope, Scan, Size, default_chunk_size};
+pub use config::{Family, ModelConfig, Precision, Rope, Scan, Size, default_chunk_size};
 pub use device::device_by_name;
 pub use error::ModelError;
 pub use head::{
@@ -58,8 +59,8 @@ pub use head::{
 };
 pub use hidden::{Tap, features_by_layer, features_with_edit, layer_name, logits_with_edit};
 pub use loss::{
-    LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_with_kernel,
-    step_cross_entropy, valid_mask,
+    LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_in,
+    state_loss_with_kernel, step_cross_entropy, valid_mask,
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{Model, StateModel, params, params_of};

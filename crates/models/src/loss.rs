@@ -4,9 +4,11 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 
+use crate::config::Precision;
 use crate::error::ModelError;
 use crate::fused_loss::{HostTargets, fused_state_loss};
-use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views, linear_columns};
+use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views};
+use crate::mixed;
 
 /// The loss of one batch, with the sums validation accumulates across batches.
 #[derive(Debug, Clone)]
@@ -55,7 +57,7 @@ pub fn step_cross_entropy_from_features(
     targets: Tensor<3, Int>,
 ) -> Result<Tensor<2>, ModelError> {
     check_head(&features, head, &targets)?;
-    let views = head_views(features, head)
+    let views = head_views(Precision::F32, features, head)
         .into_iter()
         .map(|(group, logits)| (group.first_label, logits));
     groups_cross_entropy(views, targets)
@@ -80,14 +82,23 @@ fn check_head(
 }
 
 /// The head's logits of each [`class_view_specs`] group, each from its own columns of the
-/// weight and bias: `[batch, seq, n_labels, n_classes]`.
-fn head_views(features: Tensor<3>, head: &Linear) -> Vec<(LabelGroup, Tensor<4>)> {
+/// weight and bias, in `precision`: `[batch, seq, n_labels, n_classes]`.
+fn head_views(
+    precision: Precision,
+    features: Tensor<3>,
+    head: &Linear,
+) -> Vec<(LabelGroup, Tensor<4>)> {
     let [batch, seq, _] = features.dims();
     class_view_specs()
         .into_iter()
         .map(|view| {
-            let logits = linear_columns(features.clone(), head, view.logit_offset, view.n_logits())
-                .reshape([batch, seq, view.n_labels, view.n_classes]);
+            let (start, len) = (view.logit_offset, view.n_logits());
+            let logits = mixed::columns(precision, features.clone(), head, start, len).reshape([
+                batch,
+                seq,
+                view.n_labels,
+                view.n_classes,
+            ]);
             (view, logits)
         })
         .collect()
@@ -203,6 +214,32 @@ pub fn state_loss_with_kernel(
     }
 }
 
+/// [`state_loss_from_features`] in `precision`. [`Precision::Bf16`] computes the head's
+/// products as [`crate::mixed`] describes, the cross-entropy in f32 on the bf16-rounded
+/// logits, and the denominator in bf16 as the reference's loss under autocast (spec A.4), with
+/// burn's tensor operations on any device (the fused CPU kernel is f32 only).
+///
+/// # Errors
+/// As [`state_loss_from_features`].
+pub fn state_loss_in(
+    precision: Precision,
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
+    if precision == Precision::F32 {
+        return state_loss_from_features(features, head, targets, valid);
+    }
+    check_mask(&features, &valid, "features")?;
+    check_head(&features, head, &targets)?;
+    let views = head_views(precision, features, head)
+        .into_iter()
+        .map(|(group, logits)| (group.first_label, logits));
+    let loss = masked_loss(groups_cross_entropy(views, targets)?, valid);
+    Ok(loss.with_bf16_denominator())
+}
+
 /// `valid` must be `[batch, seq]` of `x` (`[batch, seq, ..]`, called `what` in the error).
 fn check_mask(x: &Tensor<3>, valid: &Tensor<2, Bool>, what: &str) -> Result<(), ModelError> {
     let [batch, seq, _] = x.dims();
@@ -213,6 +250,20 @@ fn check_mask(x: &Tensor<3>, valid: &Tensor<2, Bool>, what: &str) -> Result<(), 
         )));
     }
     Ok(())
+}
+
+impl StateLoss {
+    /// The same sum over the reference's denominator under bf16 autocast
+    /// ([`crate::mixed::bf16_denominator`]); `loss` follows.
+    pub fn with_bf16_denominator(self) -> StateLoss {
+        let denom = mixed::bf16_denominator(self.denom.div_scalar(N_LABELS as f32));
+        let loss = self.loss_sum.clone() / denom.clone().clamp_min(1.0);
+        StateLoss {
+            loss,
+            loss_sum: self.loss_sum,
+            denom,
+        }
+    }
 }
 
 /// The masked sum, its denominator and their ratio, from per-step cross-entropies.

@@ -31,11 +31,12 @@ use burn::nn::{
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, silu, softplus};
 
-use crate::config::{Family, ModelConfig, Scan};
+use crate::config::{Family, ModelConfig, Precision, Scan};
 use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
+use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init, scalar_decay_scan};
 
@@ -69,6 +70,9 @@ pub struct Mamba {
     pub output_head: Linear,
     /// Dropout on the embedding, the family's only dropout.
     pub dropout: Dropout,
+    /// The arithmetic of the output head (every layer's own is in its mixer and MLP).
+    #[module(skip)]
+    pub precision: Precision,
 }
 
 /// mamba_ssm's `Block` (non-fused path) with a GatedMLP.
@@ -105,6 +109,9 @@ pub struct GatedMlp {
     pub fc1: Linear,
     /// `fc2`: Linear(4d → d), no bias.
     pub fc2: Linear,
+    /// The arithmetic of `fc1` and `fc2`.
+    #[module(skip)]
+    pub precision: Precision,
 }
 
 /// The Mamba-2 mixer.
@@ -131,6 +138,9 @@ pub struct Mamba2Mixer {
     pub scan: Scan,
     /// Steps per chunk when chunked.
     pub chunk_size: usize,
+    /// The arithmetic of `in_proj` and `out_proj`.
+    #[module(skip)]
+    pub precision: Precision,
 }
 
 /// The Mamba-3 mixer (SISO when `rank == 1` and the `mimo_*` parameters are absent).
@@ -168,6 +178,9 @@ pub struct Mamba3Mixer {
     pub scan: Scan,
     /// Steps per chunk when chunked.
     pub chunk_size: usize,
+    /// The arithmetic of `in_proj` and `out_proj`.
+    #[module(skip)]
+    pub precision: Precision,
 }
 
 impl Mamba {
@@ -219,6 +232,7 @@ impl Mamba {
                 mlp: GatedMlp {
                     fc1: torch_linear(d, 8 * d, false, device),
                     fc2: residual_out(4 * d, d),
+                    precision: config.precision,
                 },
             });
         }
@@ -228,6 +242,7 @@ impl Mamba {
             final_norm: norm(d),
             output_head: output_head(d, HeadInit::TorchDefaultZeroBias, device),
             dropout: DropoutConfig::new(config.dropout).init(),
+            precision: config.precision,
         })
     }
 }
@@ -248,6 +263,25 @@ impl StateModel for Mamba {
 
     fn head(&self) -> &Linear {
         &self.output_head
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+}
+
+impl Mamba {
+    /// The same model computing in `precision` (its parameters untouched).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        for layer in &mut self.layers {
+            layer.mlp.precision = precision;
+            match &mut layer.mixer {
+                Mixer::Mamba2(mixer) => mixer.precision = precision,
+                Mixer::Mamba3(mixer) => mixer.precision = precision,
+            }
+        }
+        self
     }
 }
 
@@ -271,12 +305,12 @@ impl GatedMlp {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let u = self.fc1.forward(x); // [batch, seq, 8d]
+        let u = mixed::linear(self.precision, &self.fc1, x); // [batch, seq, 8d]
         let [_, _, width] = u.dims();
         let half = width / 2;
         let value = u.clone().narrow(2, 0, half);
         let gate = u.narrow(2, half, half);
-        self.fc2.forward(value * silu(gate))
+        mixed::linear(self.precision, &self.fc2, value * silu(gate))
     }
 }
 
@@ -310,6 +344,7 @@ impl Mamba2Mixer {
             n_heads,
             scan: config.scan,
             chunk_size: config.chunk_size_on(device),
+            precision: config.precision,
         }
     }
 
@@ -320,7 +355,7 @@ impl Mamba2Mixer {
         let [batch, seq, _] = x.dims();
         let (h, p, n) = (self.n_heads, HEAD_DIM, D_STATE);
         let d_inner = h * p;
-        let zxbcdt = self.in_proj.forward(x);
+        let zxbcdt = mixed::linear(self.precision, &self.in_proj, x);
         let z = zxbcdt.clone().narrow(2, 0, d_inner);
         let xbc = zxbcdt.clone().narrow(2, d_inner, d_inner + 2 * n);
         let dt = zxbcdt.narrow(2, 2 * d_inner + 2 * n, h);
@@ -347,7 +382,7 @@ impl Mamba2Mixer {
         let y = self
             .norm
             .forward(y.reshape([batch, seq, d_inner]) * silu(z));
-        self.out_proj.forward(y)
+        mixed::linear(self.precision, &self.out_proj, y)
     }
 }
 
@@ -408,6 +443,7 @@ impl Mamba3Mixer {
             rank,
             scan: config.scan,
             chunk_size: config.chunk_size_on(device),
+            precision: config.precision,
         }
     }
 
@@ -421,7 +457,7 @@ impl Mamba3Mixer {
         let [batch, seq, _] = x.dims();
         let (h, p, n, r) = (self.n_heads, HEAD_DIM, D_STATE, self.rank);
         let d_inner = h * p;
-        let u = self.in_proj.forward(x);
+        let u = mixed::linear(self.precision, &self.in_proj, x);
         let mut offset = 0;
         let mut take = |width: usize| {
             let part = u.clone().narrow(2, offset, width);
@@ -492,7 +528,11 @@ impl Mamba3Mixer {
             }
             _ => (y * silu(inputs.z)).reshape([batch, seq, h, p]),
         };
-        self.out_proj.forward(y.reshape([batch, seq, h * p]))
+        mixed::linear(
+            self.precision,
+            &self.out_proj,
+            y.reshape([batch, seq, h * p]),
+        )
     }
 }
 

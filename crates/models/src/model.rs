@@ -21,7 +21,7 @@
 use burn::nn::Linear;
 use burn::prelude::*;
 
-use crate::config::{Family, ModelConfig, Size};
+use crate::config::{Family, ModelConfig, Precision, Size};
 use crate::error::ModelError;
 use crate::gdn::GatedDeltaNet;
 use crate::head::{HeadLogits, split_head};
@@ -59,19 +59,27 @@ pub trait StateModel {
     /// The output head, `Linear(d → 1878)`.
     fn head(&self) -> &Linear;
 
+    /// The arithmetic of the matrix products, the head's included ([`Precision::F32`] unless
+    /// the family implements another).
+    fn precision(&self) -> Precision {
+        Precision::F32
+    }
+
     /// Logits of all 75 labels at every step: the head applied to [`StateModel::features`].
     ///
     /// # Shapes
     /// - `moves`: `[batch, seq]` move ids in `0..20482` (`START` first, `PAD` after the end)
     /// - output: `[batch, seq, 1878]`
     fn logits(&self, moves: Tensor<2, Int>) -> Tensor<3> {
-        self.head().forward(self.features(moves))
+        crate::mixed::linear(self.precision(), self.head(), self.features(moves))
     }
 
     /// The reference's state loss (spec A.4) of a batch, as [`crate::state_loss`] computes it
     /// from [`StateModel::logits`], but with the head applied group by group
     /// ([`crate::state_loss_from_features`]): the training path, whose backward pass never
     /// materialises gradients of the full `[batch, seq, 1878]` logits once per label group.
+    /// In [`Precision::Bf16`], [`crate::state_loss_in`] with the head's products in bf16 and
+    /// the reference's bf16 denominator.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when the shapes do not fit together.
@@ -81,7 +89,14 @@ pub trait StateModel {
         targets: Tensor<3, Int>,
         valid: Tensor<2, Bool>,
     ) -> Result<crate::StateLoss, ModelError> {
-        crate::state_loss_from_features(self.features(moves), self.head(), targets, valid)
+        match self.precision() {
+            Precision::F32 => {
+                crate::state_loss_from_features(self.features(moves), self.head(), targets, valid)
+            }
+            precision => {
+                crate::state_loss_in(precision, self.features(moves), self.head(), targets, valid)
+            }
+        }
     }
 }
 
@@ -124,6 +139,34 @@ impl Model {
     pub fn forward(&self, moves: Tensor<2, Int>) -> Result<HeadLogits, ModelError> {
         split_head(self.logits(moves))
     }
+
+    /// The same model computing in `precision`, its parameters untouched.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidConfig`] when the family does not implement `precision` (only the
+    /// Mamba families have [`Precision::Bf16`]).
+    pub fn with_precision(self, precision: Precision) -> Result<Self, ModelError> {
+        match (self, precision) {
+            (Model::Mamba(model), _) => Ok(Model::Mamba(model.with_precision(precision))),
+            (model, Precision::F32) => Ok(model),
+            (model, _) => Err(ModelError::InvalidConfig {
+                field: "precision",
+                reason: format!(
+                    "{precision} is implemented for mamba3 and mamba2, not the {} family",
+                    model.family_name()
+                ),
+            }),
+        }
+    }
+
+    fn family_name(&self) -> &'static str {
+        match self {
+            Model::Transformer(_) => "transformer",
+            Model::Slice(_) => "slice",
+            Model::Gdn(_) => "gated deltanet",
+            Model::Mamba(_) => "mamba",
+        }
+    }
 }
 
 impl StateModel for Model {
@@ -151,6 +194,13 @@ impl StateModel for Model {
             Model::Slice(model) => model.head(),
             Model::Gdn(model) => model.head(),
             Model::Mamba(model) => model.head(),
+        }
+    }
+
+    fn precision(&self) -> Precision {
+        match self {
+            Model::Mamba(model) => model.precision(),
+            _ => Precision::F32,
         }
     }
 }

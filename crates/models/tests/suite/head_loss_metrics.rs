@@ -251,7 +251,9 @@ fn metrics_accumulate_like_the_reference() {
 
 /// A small head and batch for the loss-path comparisons: features `[2, 5, 8]`, lengths 5 and
 /// 2, targets spread over every class range.
-fn head_batch(device: &Device) -> (burn::nn::Linear, Tensor<3>, Tensor<3, Int>, Tensor<2, Bool>) {
+pub(super) fn head_batch(
+    device: &Device,
+) -> (burn::nn::Linear, Tensor<3>, Tensor<3, Int>, Tensor<2, Bool>) {
     let [batch, seq, d] = [2, 5, 8];
     // Fixed weights, not the backend's generator: tests run in parallel and share it.
     let mut head = burn::nn::LinearConfig::new(d, HEAD_OUT).init(device);

@@ -8,5 +8,6 @@ mod head_loss_metrics;
 mod hidden;
 mod models;
 mod params;
+mod precision;
 mod recurrent;
 mod torch_parity;

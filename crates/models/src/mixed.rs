@@ -1,0 +1,146 @@
+//! [`Precision::Bf16`]: the reference's bf16 autocast, reduced to what changes its numbers.
+//!
+//! Under `torch.autocast(dtype=bfloat16)` a `Linear` multiplies bf16 copies of its input and
+//! weight (accumulating in f32 on the GPU's tensor cores) and returns bf16; the cross-entropy
+//! runs in f32 on those bf16 logits; the master weights, their gradients and the optimizer stay
+//! f32. [`linear`] does the same for one `Linear` (the result goes back to f32 at once, so the
+//! element-wise work after it stays f32, where autocast would keep some of it in bf16), and
+//! [`bf16_denominator`] reproduces how the reference's loss counts its denominator in the
+//! logits' dtype (spec A.4).
+
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::FloatDType;
+
+use crate::config::Precision;
+use crate::head::LABEL_GROUPS;
+
+/// `linear.forward(x)` in `precision`: for [`Precision::Bf16`] the input, weight and bias are
+/// rounded to bf16, multiplied with f32 accumulation, and the output is rounded to bf16 and
+/// returned as f32. The gradient reaches the f32 weights through the casts.
+///
+/// # Shapes
+/// - `x`: `[.., d_in]`; output: `[.., d_out]`
+pub fn linear<const D: usize>(precision: Precision, linear: &Linear, x: Tensor<D>) -> Tensor<D> {
+    columns(precision, x, linear, 0, linear.weight.dims()[1])
+}
+
+/// The `len` output columns of `linear` from `start` (the head's label groups), in
+/// `precision` as [`linear`].
+///
+/// # Shapes
+/// - `x`: `[.., d_in]`; output: `[.., len]`
+pub fn columns<const D: usize>(
+    precision: Precision,
+    x: Tensor<D>,
+    linear: &Linear,
+    start: usize,
+    len: usize,
+) -> Tensor<D> {
+    let weight = linear.weight.val().narrow(1, start, len);
+    let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
+    match precision {
+        Precision::F32 => burn::tensor::module::linear(x, weight, bias),
+        Precision::Bf16 => {
+            burn::tensor::module::linear(to_bf16(x), to_bf16(weight), bias.map(to_bf16))
+                .cast(FloatDType::F32)
+        }
+    }
+}
+
+fn to_bf16<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    x.cast(FloatDType::BF16)
+}
+
+/// The reference's loss denominator under bf16 autocast, from the number of valid steps
+/// (`[1]`, an integer-valued f32, exact below 2²⁴): each label group's count (`valid_steps ×
+/// labels in the group`) rounded to bf16, then the seven counts added in the group order
+/// (pieces, side, castle, en-passant file and rank, halfmove, fullmove) with a rounding to
+/// bf16 after every addition, as `compute_state_loss` does with its bf16 running total. In f32
+/// the denominator is `75 × valid_steps`; here it is off by up to about 0.4 %. Computed on the
+/// device, so it costs no read-back.
+pub fn bf16_denominator(valid_steps: Tensor<1>) -> Tensor<1> {
+    let round = |x: Tensor<1>| to_bf16(x).cast(FloatDType::F32);
+    LABEL_GROUPS
+        .iter()
+        .fold(valid_steps.zeros_like(), |total, group| {
+            let count = round(valid_steps.clone().mul_scalar(group.n_labels as f32));
+            round(total + count)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::head::torch_linear;
+
+    /// `x` rounded to the nearest bf16 (ties to even), as an f32.
+    fn round_bf16(x: f32) -> f32 {
+        burn::tensor::bf16::from_f32(x).to_f32()
+    }
+
+    #[test]
+    fn a_bf16_linear_rounds_its_operands_and_its_output() {
+        let device = Device::flex();
+        let layer = torch_linear(48, 20, true, &device);
+        let x = Tensor::<2>::random([5, 48], burn::tensor::Distribution::Default, &device);
+        let got: Vec<f32> = linear(Precision::Bf16, &layer, x.clone())
+            .into_data()
+            .try_to_vec()
+            .unwrap();
+        let round = |t: Tensor<2>| -> Vec<f32> {
+            t.into_data()
+                .try_to_vec::<f32>()
+                .unwrap()
+                .into_iter()
+                .map(round_bf16)
+                .collect()
+        };
+        let (xs, w) = (round(x.clone()), round(layer.weight.val()));
+        let b = layer
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        for (i, &g) in got.iter().enumerate() {
+            let (row, col) = (i / 20, i % 20);
+            let dot: f32 = (0..48).map(|k| xs[row * 48 + k] * w[k * 20 + col]).sum();
+            let bias = round_bf16(b[col]);
+            let expected = dot + bias;
+            assert_eq!(g, round_bf16(g), "output {i} is not a bf16 value");
+            // The backend rounds the product and the sum with the bias (two bf16 roundings,
+            // each within 2⁻⁹ of its value; cuBLAS would round once).
+            let bound = (dot.abs() + expected.abs()) / 256.0;
+            assert!((g - expected).abs() <= bound, "{g} vs {expected}");
+        }
+        let exact: Vec<f32> = linear(Precision::F32, &layer, x)
+            .into_data()
+            .try_to_vec()
+            .unwrap();
+        assert_ne!(got, exact, "bf16 must change the numbers");
+        assert!(got.iter().zip(&exact).all(|(g, e)| (g - e).abs() < 0.05));
+    }
+
+    #[test]
+    fn the_bf16_denominator_is_the_references() {
+        // From torch 2.15 on the CPU: the reference's compute_state_loss's denom_sum with bf16
+        // logits and `steps` valid steps (in f32 it would be 75 × steps).
+        let torch = [
+            (1, 75.0),
+            (37, 2_768.0),
+            (100, 7_488.0),
+            (1_000, 75_264.0),
+            (4_567, 339_968.0),
+            (22_016, 1_654_784.0),
+        ];
+        let device = Device::flex();
+        for (steps, expected) in torch {
+            let steps = Tensor::<1>::from_data([steps as f32], &device);
+            let got: Vec<f32> = bf16_denominator(steps).into_data().try_to_vec().unwrap();
+            assert_eq!(got, [expected], "{expected}");
+        }
+    }
+}
