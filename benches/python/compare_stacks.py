@@ -198,7 +198,10 @@ def row(arch, size, figures):
     torch_memory = mib(last.get("peak_reserved_bytes"))
     if last.get("peak_allocated_bytes") is not None:
         torch_memory += f" ({mib(last['peak_allocated_bytes'])})"
-    notes = f"{last.get('precision', '')}, {last.get('step', '')} step"
+    notes = (
+        f"cwm {figures['cwm'][-1].get('precision', 'f32')}; "
+        f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
+    )
     return (
         f"| {arch} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}× | "
         f"{mib(cwm_memory)} | {torch_memory} | {notes} |"
@@ -215,7 +218,7 @@ def header(args):
         [
             title,
             "",
-            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | PyTorch side |",
+            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision, PyTorch's step |",
             "|---|---|---:|---:|---:|---:|---:|---|",
         ]
     )

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
-use cwm_models::{Family, ModelConfig, Size};
+use cwm_models::{Family, ModelConfig, Precision, Size};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
 use super::Context;
@@ -70,6 +70,11 @@ pub struct BenchArgs {
     /// default for the device).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     chunk_size: Option<u64>,
+    /// Matrix products in f32, or bf16 as the reference's autocast (mamba3, mamba2); default:
+    /// the reference's choice (bf16 for mamba3 on a GPU, else f32), as training's
+    /// `precision: auto`.
+    #[arg(long)]
+    precision: Option<Precision>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -159,6 +164,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     let mut model = ModelConfig::new(arch, size);
     model.chunk_size = args.chunk_size.map(|n| n as usize);
     let mut options = ThroughputOptions::new(model, device);
+    options.precision = args.precision;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
     let figures =
@@ -168,6 +174,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "arch": arch.to_string(), "size": size.to_string(), "device": device,
             "batch": args.batch, "seq": args.seq, "threads": threads,
             "chunk_size": figures.chunk_size,
+            "precision": figures.precision.name(),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -186,8 +193,9 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             )
         });
         outln!(
-            "{arch} {size} on {device}: {:.0} tokens/s ({:.4} s per step of {} x {} tokens, \
-             median of {}; {threads} CPU thread(s){chunks}{memory})",
+            "{arch} {size} on {device} in {}: {:.0} tokens/s ({:.4} s per step of {} x {} \
+             tokens, median of {}; {threads} CPU thread(s){chunks}{memory})",
+            figures.precision,
             figures.tokens_per_s,
             figures.median_step_s,
             args.batch,

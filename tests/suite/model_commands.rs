@@ -114,6 +114,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     assert!(lines.iter().all(|l| l["batch"] == 2 && l["seq"] == 8));
     assert_eq!(lines[1]["stack"], "reference");
     assert_eq!(lines[1]["step"], "reference", "the reference's read-backs");
+    assert_eq!(lines[0]["precision"], "f32", "slice_diag has no bf16 path");
     let median = |side: &str| {
         let v: Vec<f64> = lines
             .iter()
@@ -125,6 +126,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     let cells = table_row(&stdout, "slice_diag");
     let ratio = format!("{:.2}×", median("cwm") / median("torch"));
     assert_eq!(cells[5], ratio, "{cells:?}");
+    assert!(cells[8].starts_with("cwm f32; PyTorch "), "{cells:?}");
     assert_eq!(
         cells[3].replace(',', ""),
         format!("{:.0}", median("cwm")),

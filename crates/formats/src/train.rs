@@ -88,6 +88,14 @@ pub struct ModelSection {
     pub rope: String,
     /// Mamba-3 MIMO instead of SISO.
     pub mamba3_mimo: bool,
+    /// The arithmetic of the matrix products the run used (`f32` or `bf16`); files written
+    /// before it was recorded trained in f32.
+    #[serde(default = "f32_name")]
+    pub precision: String,
+}
+
+fn f32_name() -> String {
+    "f32".to_owned()
 }
 
 /// The optimiser: AdamW and its gradient clipping.
@@ -385,6 +393,7 @@ mod tests {
             dropout: 0.1,
             rope: "reference".into(),
             mamba3_mimo: false,
+            precision: "f32".into(),
         });
         config.optimiser.lr = 3e-3;
         config.optimiser.beta2 = 0.95;
@@ -469,6 +478,7 @@ mod tests {
             "lr_min_ratio",
             "mamba3_mimo",
             "max_steps",
+            "precision",
             "rope",
             "schedule",
             "seed",

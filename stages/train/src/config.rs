@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use cwm_formats::train::{CONFIG_FILE, ModelSection, TrainConfigFile};
-use cwm_models::{Family, ModelConfig, Rope};
+use cwm_models::{Family, ModelConfig, Precision, Rope};
 
 use crate::TrainError;
 use crate::adamw::AdamWConfig;
@@ -23,6 +23,7 @@ pub fn model_section(model: &ModelConfig) -> ModelSection {
         dropout: model.dropout,
         rope: model.rope.name().to_owned(),
         mamba3_mimo: model.mamba3_mimo,
+        precision: model.precision.name().to_owned(),
     }
 }
 
@@ -30,13 +31,15 @@ pub fn model_section(model: &ModelConfig) -> ModelSection {
 /// validated.
 ///
 /// # Errors
-/// [`TrainError::Model`] for an unknown family, size or RoPE variant, or an invalid option.
+/// [`TrainError::Model`] for an unknown family, size, RoPE variant or precision, or an invalid
+/// option.
 pub fn model_config(section: &ModelSection) -> Result<ModelConfig, TrainError> {
     let family: Family = section.arch.parse()?;
     let mut model = ModelConfig::new(family, section.size.parse()?);
     model.dropout = section.dropout;
     model.rope = section.rope.parse::<Rope>()?;
     model.mamba3_mimo = section.mamba3_mimo;
+    model.precision = section.precision.parse::<Precision>()?;
     model.validate()?;
     Ok(model)
 }
@@ -110,6 +113,7 @@ mod tests {
         let mut model = ModelConfig::new(Family::Mamba3, Size::D256);
         model.mamba3_mimo = true;
         model.dropout = 0.0;
+        model.precision = Precision::Bf16;
         assert_eq!(model_config(&model_section(&model)).unwrap(), model);
         let mut bad = model_section(&model);
         bad.rope = "sideways".into();

@@ -42,6 +42,14 @@
 //! (`StageContext::assigned_device`: its ordinal in this process's `CUDA_VISIBLE_DEVICES`),
 //! while an explicit `cuda:N` is used as written. The log names the device used. The param is
 //! part of the cache and partial keys as written, so a requeued run may resume on another GPU.
+//!
+//! # Precision
+//! The `precision` param: `f32`, or `bf16` for the Mamba families, the reference's bf16
+//! autocast as [`cwm_models::mixed`] reduces it (bf16 matrix products, the loss's bf16
+//! denominator). `auto`, the default, is the reference's choice: `bf16` for `mamba3` on a
+//! GPU, `f32` for everything else and for every run on the CPU. The precision used is
+//! recorded in the run's configuration files; a checkpoint is evaluated in f32 whatever it was
+//! trained in, as the reference's test script does.
 #![deny(missing_docs)]
 
 pub mod adamw;
@@ -56,8 +64,10 @@ pub mod train;
 
 use std::path::Path;
 
+use burn::prelude::Device;
 use cwm_formats::select::Selection;
 use cwm_formats::train::{DataSection, ModelSection, OptimiserSection, ScheduleSection};
+use cwm_models::{Family, Precision};
 use cwm_stage::{
     GpusDecl, InputSpec, InputsDecl, KindDecl, ParamDefault, ParamSpec, ParamType, Params,
     StageContext, StageError, StageKind, ThreadsDecl,
@@ -82,6 +92,7 @@ const ARCHS: &[&str] = &[
 ];
 const SIZES: &[&str] = &["d128", "d256", "d384", "d512"];
 const ROPES: &[&str] = &["reference", "standard"];
+const PRECISIONS: &[&str] = &["auto", "f32", "bf16"];
 const SCHEDULES: &[&str] = &["none", "constant", "cosine", "linear"];
 
 /// The params of the `train` kind.
@@ -110,6 +121,12 @@ pub const PARAMS: &[ParamSpec] = &[
         ParamType::Bool,
         ParamDefault::Bool(false),
         "Mamba-3 MIMO instead of SISO",
+    ),
+    ParamSpec::with_default(
+        "precision",
+        ParamType::Choice(PRECISIONS),
+        ParamDefault::Str("auto"),
+        "matrix products in f32, or in bf16 as the reference's autocast (mamba3, mamba2); auto: the reference's choice, bf16 for mamba3 on a GPU, else f32",
     ),
     ParamSpec::with_default(
         "batch_size",
@@ -254,25 +271,32 @@ fn text<'a>(params: &'a Params, name: &str) -> Result<&'a str, TrainError> {
         .map_err(|e| TrainError::Config(e.to_string()))
 }
 
-/// The [`TrainConfig`] described by validated stage params (defaults filled in).
+/// The [`TrainConfig`] described by validated stage params (defaults filled in) for a run on
+/// `device` (`precision: auto` depends on it).
 ///
 /// # Errors
 /// [`TrainError::Config`] naming the param that is missing, negative or unknown;
 /// [`TrainError::Model`] for an invalid model.
-pub fn config_from_params(params: &Params) -> Result<TrainConfig, TrainError> {
+pub fn config_from_params(params: &Params, device: &Device) -> Result<TrainConfig, TrainError> {
     let usize_of = |name: &str| -> Result<usize, TrainError> {
         usize::try_from(uint(params, name)?)
             .map_err(|_| TrainError::Config(format!("parameter `{name}` is too large")))
     };
     let schedule = text(params, "schedule")?;
+    let arch = text(params, "arch")?;
+    let precision = match text(params, "precision")? {
+        "auto" => Precision::reference(arch.parse::<Family>()?, device),
+        named => named.parse::<Precision>()?,
+    };
     let model = ModelSection {
-        arch: text(params, "arch")?.to_owned(),
+        arch: arch.to_owned(),
         size: text(params, "size")?.to_owned(),
         dropout: float(params, "dropout")?,
         rope: text(params, "rope")?.to_owned(),
         mamba3_mimo: params
             .bool("mamba3_mimo")
             .map_err(|e| TrainError::Config(e.to_string()))?,
+        precision: precision.name().to_owned(),
     };
     Ok(TrainConfig {
         model: config::model_config(&model)?,
@@ -439,8 +463,12 @@ impl StageKind for TrainStage {
     }
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
-        let mut config = config_from_params(ctx.params())?;
         let log = |line: &str| ctx.log().line(line);
+        let requested = text(ctx.params(), "device")?;
+        let device_name = ctx.assigned_device(requested);
+        log(&device_line(requested, &device_name, ctx.gpus()));
+        let device = cwm_models::device_by_name(&device_name).map_err(TrainError::from)?;
+        let mut config = config_from_params(ctx.params(), &device)?;
         if let [hp] = ctx.input_list("hparams") {
             let chosen = selected_hparams(
                 &hp.path,
@@ -498,10 +526,6 @@ impl StageKind for TrainStage {
             .map_err(|e| {
                 StageError::failed(format!("cannot start {} threads: {e}", ctx.threads()))
             })?;
-        let requested = text(ctx.params(), "device")?;
-        let device_name = ctx.assigned_device(requested);
-        log(&device_line(requested, &device_name, ctx.gpus()));
-        let device = cwm_models::device_by_name(&device_name).map_err(TrainError::from)?;
         match pool.install(|| train(&config, &paths, &control, &device))? {
             RunEnd::Finished(summary) => {
                 log(&format!(
@@ -520,7 +544,7 @@ impl StageKind for TrainStage {
 mod tests {
     use super::*;
     use cwm_formats::select::{Choice, ChosenHparams};
-    use cwm_models::{Family, ModelConfig, Size};
+    use cwm_models::{ModelConfig, Size};
     use cwm_stage::ParamValue;
 
     fn params(arch: &str) -> Params {
@@ -536,17 +560,40 @@ mod tests {
 
     #[test]
     fn defaults_give_the_reference_config_and_gdn_exemptions() {
-        let config = config_from_params(&params("gdn")).unwrap();
+        let cpu = Device::flex();
+        let config = config_from_params(&params("gdn"), &cpu).unwrap();
         assert_eq!(
             config,
             TrainConfig::new(ModelConfig::new(Family::Gdn, Size::D128))
         );
         let adamw = config::adamw_config(&config);
         assert_eq!(adamw.no_decay, ["a_log", "dt_bias"]);
-        let slice = config::adamw_config(&config_from_params(&params("slice")).unwrap());
+        let slice = config::adamw_config(&config_from_params(&params("slice"), &cpu).unwrap());
         assert!(slice.no_decay.is_empty());
         assert!(slice.decays("Slice.layers.0.a_log"));
         assert!(!adamw.decays("Gdn.backbone.layers.0.attn.a_log"));
+    }
+
+    #[test]
+    fn precision_auto_is_the_references_choice_and_bf16_is_for_the_mamba_families() {
+        let cpu = Device::flex();
+        let auto = config_from_params(&params("mamba3"), &cpu).unwrap();
+        assert_eq!(
+            auto.model.precision,
+            Precision::F32,
+            "the reference autocasts on CUDA only"
+        );
+        let mut p = params("mamba3");
+        p.insert("precision", ParamValue::Str("bf16".into()));
+        let bf16 = config_from_params(&p, &cpu).unwrap();
+        assert_eq!(bf16.model.precision, Precision::Bf16);
+        assert_eq!(config::model_section(&bf16.model).precision, "bf16");
+        p.insert("arch", ParamValue::Str("transformer".into()));
+        let err = config_from_params(&p, &cpu).unwrap_err().to_string();
+        assert!(
+            err.contains("precision") && err.contains("transformer"),
+            "{err}"
+        );
     }
 
     /// Editing the data stages that train does not run (download, split, ...) must not

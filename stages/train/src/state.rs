@@ -225,6 +225,8 @@ pub fn load(dir: &Path, key: &str, device: &Device) -> Result<Option<Loaded>, Tr
         .map_err(|e| TrainError::io(&opt_path, e))?;
     let moments = state.moments(&bytes)?;
     let (model, model_config) = load_model(&dir.join(MODEL_DIR), device)?;
+    // A checkpoint loads in f32; training goes on in the precision it started in.
+    let model = model.with_precision(model_config.precision)?;
     let config = load_config(&dir.join(MODEL_DIR), model_config)?;
     Ok(Some(Loaded {
         progress,

@@ -15,7 +15,8 @@ use std::time::Instant;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
-    Family, Model, ModelConfig, N_LABELS, START_TOKEN, StateModel, device_by_name, label_classes,
+    Family, Model, ModelConfig, N_LABELS, Precision, START_TOKEN, StateModel, device_by_name,
+    label_classes,
 };
 
 use crate::adamw::{AdamW, AdamWConfig, params_finite};
@@ -39,6 +40,10 @@ pub struct ThroughputOptions {
     pub steps: usize,
     /// Seed of the initial weights and the dropout masks.
     pub seed: u64,
+    /// The arithmetic of the matrix products; `None` takes the reference's for the family on
+    /// the device ([`Precision::reference`], as the train stage's `precision: auto`) and
+    /// overrides `model.precision`.
+    pub precision: Option<Precision>,
 }
 
 impl ThroughputOptions {
@@ -53,6 +58,7 @@ impl ThroughputOptions {
             warmup: 2,
             steps: 5,
             seed: 0,
+            precision: None,
         }
     }
 }
@@ -74,6 +80,8 @@ pub struct Throughput {
     /// The most device memory the backend's allocator held after any step (warm-up steps
     /// included), in bytes; `None` on a backend that does not report it (the CPU's).
     pub peak_reserved_bytes: Option<u64>,
+    /// The arithmetic the steps ran in.
+    pub precision: Precision,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -111,7 +119,12 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         ));
     }
     let device = device_by_name(&options.device)?.autodiff();
-    let mut model: Model = init_model(&options.model, options.seed, &device)?;
+    let family = options.model.family;
+    let config = ModelConfig {
+        precision: (options.precision).unwrap_or_else(|| Precision::reference(family, &device)),
+        ..options.model.clone()
+    };
+    let mut model: Model = init_model(&config, options.seed, &device)?;
     let (batch, seq) = (options.batch, options.seq);
     let mut rng = Lcg(42);
     let moves: Vec<i64> = (0..batch * seq)
@@ -179,6 +192,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         chunk_size: (options.model.family != Family::Transformer)
             .then(|| options.model.chunk_size_on(&device)),
         peak_reserved_bytes,
+        precision: config.precision,
     })
 }
 

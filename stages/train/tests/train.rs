@@ -9,7 +9,7 @@ use std::time::Instant;
 use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
 use burn::prelude::*;
 use cwm_formats::train::{CONFIG_FILE, TrainConfigFile, TrainSummary};
-use cwm_models::{Family, ModelConfig, Size};
+use cwm_models::{Family, ModelConfig, Precision, Size};
 use cwm_stage::{
     InputArtifact, ParamValue, Params, Progress, ProgressEvent, ProgressSink, StageContext,
     StageKind, StageLog, cuda_ordinal_in,
@@ -373,6 +373,48 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
     run(&other, &other_out, None, None);
     assert!(weights(&other_out) != straight_weights);
     eprintln!("resume test: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// Mamba-3 in bf16 (the reference's autocast, here on the CPU): a crashed run resumes in bf16
+/// (a checkpoint loads in f32, so the precision must be put back) and ends bit-identical to a
+/// straight one, whose weights differ from the same run's in f32.
+#[test]
+fn a_bf16_run_resumes_in_bf16() {
+    let start = Instant::now();
+    let mut config = small(Family::Mamba3);
+    config.model.precision = Precision::Bf16;
+    config.data.max_steps = 32;
+    config.schedule.steps = 12;
+    config.schedule.val_every = 6;
+    config.data.val_batches = 1;
+    config.schedule.checkpoint_every = 5;
+    let d = data();
+    let straight = d.root.join("bf16-straight");
+    let RunEnd::Finished(a) = run(&config, &straight, None, None) else {
+        panic!("not finished")
+    };
+    assert_eq!(a.hparams.config().model.precision, "bf16");
+    assert!(a.final_val.is_some_and(|v| v.loss.is_finite()));
+
+    let resumed = d.root.join("bf16-resumed");
+    let partial = d.root.join("bf16-partial");
+    let stopped = run(&config, &resumed, Some(partial.clone()), Some(8));
+    assert_eq!(stopped, RunEnd::Stopped(8));
+    run(&config, &resumed, Some(partial), None);
+    assert!(
+        weights(&straight) == weights(&resumed),
+        "a resumed bf16 run differs"
+    );
+
+    let mut f32_config = config.clone();
+    f32_config.model.precision = Precision::F32;
+    let f32_out = d.root.join("bf16-as-f32");
+    run(&f32_config, &f32_out, None, None);
+    assert!(
+        weights(&f32_out) != weights(&straight),
+        "bf16 changed nothing"
+    );
+    eprintln!("bf16 resume test: {:.1} s", start.elapsed().as_secs_f64());
 }
 
 /// An absurd learning rate blows the weights up: each batch is either skipped for a

@@ -225,6 +225,7 @@ fn summary(
         dropout: 0.1,
         rope: "reference".into(),
         mamba3_mimo: false,
+        precision: "f32".into(),
     });
     config.optimiser.lr = lr;
     config.optimiser.beta2 = 0.95;
