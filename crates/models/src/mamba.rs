@@ -245,6 +245,19 @@ impl Mamba {
             precision: config.precision,
         })
     }
+
+    /// The same model computing in `precision` (its parameters untouched).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        for layer in &mut self.layers {
+            layer.mlp.precision = precision;
+            match &mut layer.mixer {
+                Mixer::Mamba2(mixer) => mixer.precision = precision,
+                Mixer::Mamba3(mixer) => mixer.precision = precision,
+            }
+        }
+        self
+    }
 }
 
 impl StateModel for Mamba {
@@ -267,21 +280,6 @@ impl StateModel for Mamba {
 
     fn precision(&self) -> Precision {
         self.precision
-    }
-}
-
-impl Mamba {
-    /// The same model computing in `precision` (its parameters untouched).
-    pub fn with_precision(mut self, precision: Precision) -> Self {
-        self.precision = precision;
-        for layer in &mut self.layers {
-            layer.mlp.precision = precision;
-            match &mut layer.mixer {
-                Mixer::Mamba2(mixer) => mixer.precision = precision,
-                Mixer::Mamba3(mixer) => mixer.precision = precision,
-            }
-        }
-        self
     }
 }
 

@@ -89,14 +89,8 @@ pub trait StateModel {
         targets: Tensor<3, Int>,
         valid: Tensor<2, Bool>,
     ) -> Result<crate::StateLoss, ModelError> {
-        match self.precision() {
-            Precision::F32 => {
-                crate::state_loss_from_features(self.features(moves), self.head(), targets, valid)
-            }
-            precision => {
-                crate::state_loss_in(precision, self.features(moves), self.head(), targets, valid)
-            }
-        }
+        let features = self.features(moves);
+        crate::state_loss_in(self.precision(), features, self.head(), targets, valid)
     }
 }
 
