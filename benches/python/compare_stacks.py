@@ -20,6 +20,11 @@ The markdown table goes to stdout, progress to stderr (each process's wall time 
 non-finite loss, out of memory, a process past ``--timeout``) is reported in its row with the
 error's last line, the other cells go on, and the exit status is 1.
 
+``--cwm-args`` times a variant of cwm's step (``"--loss fused-device"``, ``"--chunk-size
+32"``): the arguments go to every ``cwm model bench`` and into the cwm side's record, so a run
+with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
+reuses PyTorch's. The table's last column names the loss kernel cwm ran.
+
 For a machine lent for a limited time, two more options make the comparison a series of calls
 that each end in time and pick up where the last one stopped:
 
@@ -34,6 +39,7 @@ that each end in time and pick up where the last one stopped:
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -76,7 +82,10 @@ def commands(args, arch, size):
         "--threads",
         str(args.threads),
     ]
-    return {"cwm": cwm + shape_args(args, arch, size), "torch": torch + shape_args(args, arch, size)}
+    return {
+        "cwm": cwm + shape_args(args, arch, size) + shlex.split(args.cwm_args),
+        "torch": torch + shape_args(args, arch, size),
+    }
 
 
 class OutOfBudget(Exception):
@@ -90,6 +99,13 @@ def cell_key(args, arch, size):
         "batch": args.batch, "seq": args.seq, "warmup": args.warmup, "steps": args.steps,
         "threads": args.threads,
     }  # fmt: skip
+
+
+def side_cell(args, cell, side):
+    """The cell as one side's records name it: cwm's with its ``--cwm-args``, if any."""
+    if side == "cwm" and args.cwm_args:
+        return {**cell, "cwm_args": args.cwm_args}
+    return cell
 
 
 def record_key(cell, side, round_number):
@@ -168,7 +184,8 @@ def measure_cell(args, arch, size, sink, clock, earlier):
     for round_index in range(args.rounds):
         order = ("cwm", "torch") if round_index % 2 == 0 else ("torch", "cwm")
         for side in order:
-            line = earlier.get(record_key(key, side, round_index + 1))
+            side_key = side_cell(args, key, side)
+            line = earlier.get(record_key(side_key, side, round_index + 1))
             if line is None:
                 begun = time.monotonic()
                 value = run(cell[side], clock)
@@ -177,7 +194,7 @@ def measure_cell(args, arch, size, sink, clock, earlier):
                     f"({time.monotonic() - begun:.1f} s)",
                     file=sys.stderr,
                 )
-                line = {"side": side, "round": round_index + 1, "cell": key, **value}
+                line = {"side": side, "round": round_index + 1, "cell": side_key, **value}
                 if sink is not None:
                     sink.write(json.dumps(line) + "\n")
                     sink.flush()
@@ -198,8 +215,9 @@ def row(arch, size, figures):
     torch_memory = mib(last.get("peak_reserved_bytes"))
     if last.get("peak_allocated_bytes") is not None:
         torch_memory += f" ({mib(last['peak_allocated_bytes'])})"
+    ours_last = figures["cwm"][-1]
     notes = (
-        f"cwm {figures['cwm'][-1].get('precision', 'f32')}; "
+        f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
     )
     return (
@@ -213,12 +231,13 @@ def header(args):
         f"cwm against the {args.stack} PyTorch stack: training tokens/s at batch {args.batch} × "
         f"{args.seq} tokens on {args.device}, median of {args.steps} steps after {args.warmup} "
         f"warm-up, median of {args.rounds} round(s) per side"
+        + (f"; cwm with {args.cwm_args}" if args.cwm_args else "")
     )
     return "\n".join(
         [
             title,
             "",
-            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision, PyTorch's step |",
+            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision and loss, PyTorch's step |",
             "|---|---|---:|---:|---:|---:|---:|---|",
         ]
     )
@@ -237,6 +256,9 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side")
+    parser.add_argument(
+        "--cwm-args", default="", help="more arguments for cwm model bench: the variant to time"
+    )
     parser.add_argument("--json-out", type=Path, help="append every process's JSON line here")
     parser.add_argument("--resume", action="store_true", help="reuse what --json-out already holds")
     parser.add_argument("--budget-s", type=float, help="end within this many seconds (see above)")

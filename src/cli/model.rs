@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
-use cwm_models::{Family, ModelConfig, Precision, Size};
+use cwm_models::{Family, LossKernel, ModelConfig, Precision, Size};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
 use super::Context;
@@ -75,6 +75,12 @@ pub struct BenchArgs {
     /// `precision: auto`.
     #[arg(long)]
     precision: Option<Precision>,
+    /// How the loss is computed: auto (the train stage's choice: fused-cpu on the CPU,
+    /// generic elsewhere), generic (burn's operations through autodiff), fused-cpu (on the
+    /// host), fused-device (on the model's device, outside autodiff); the fused ones in f32
+    /// only.
+    #[arg(long, default_value = "auto")]
+    loss: LossKernel,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -165,6 +171,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     model.chunk_size = args.chunk_size.map(|n| n as usize);
     let mut options = ThroughputOptions::new(model, device);
     options.precision = args.precision;
+    options.loss = args.loss;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
     let figures =
@@ -175,6 +182,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "batch": args.batch, "seq": args.seq, "threads": threads,
             "chunk_size": figures.chunk_size,
             "precision": figures.precision.name(),
+            "loss": figures.loss.name(),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -193,9 +201,10 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             )
         });
         outln!(
-            "{arch} {size} on {device} in {}: {:.0} tokens/s ({:.4} s per step of {} x {} \
-             tokens, median of {}; {threads} CPU thread(s){chunks}{memory})",
+            "{arch} {size} on {device} in {}, {} loss: {:.0} tokens/s ({:.4} s per step of {} \
+             x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory})",
             figures.precision,
+            figures.loss,
             figures.tokens_per_s,
             figures.median_step_s,
             args.batch,

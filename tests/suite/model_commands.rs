@@ -51,6 +51,19 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert_eq!(figures["chunk_size"], 3, "{figures}");
     let zero = ws.cwm(&[&args[..], &["--chunk-size", "0"]].concat());
     assert_eq!(zero.status.code(), Some(2), "a chunk of 0 steps is refused");
+    // The CPU's loss kernel unless the command names one.
+    assert_eq!(figures["loss"], "fused-cpu", "{figures}");
+    let device_loss = [&args[..], &["--loss", "fused-device"]].concat();
+    let figures: serde_json::Value = serde_json::from_str(&ws.ok(&device_loss)).expect("JSON");
+    assert_eq!(figures["loss"], "fused-device", "{figures}");
+    let loss = figures["last_loss"].as_f64().expect("last_loss");
+    assert!((1.0..6.0).contains(&loss), "{figures}");
+    let unknown = ws.cwm(&[&args[..], &["--loss", "fused"]].concat());
+    assert_eq!(
+        unknown.status.code(),
+        Some(2),
+        "an unknown kernel is refused"
+    );
 }
 
 /// Runs `compare_stacks.py` on the CPU at a toy shape, two rounds unless `extra` says
@@ -126,7 +139,10 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     let cells = table_row(&stdout, "slice_diag");
     let ratio = format!("{:.2}×", median("cwm") / median("torch"));
     assert_eq!(cells[5], ratio, "{cells:?}");
-    assert!(cells[8].starts_with("cwm f32; PyTorch "), "{cells:?}");
+    assert!(
+        cells[8].starts_with("cwm f32, fused-cpu loss; PyTorch "),
+        "{cells:?}"
+    );
     assert_eq!(
         cells[3].replace(',', ""),
         format!("{:.0}", median("cwm")),
@@ -162,6 +178,32 @@ fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
         table_row(&first, "slice_diag")
     );
     assert_eq!(std::fs::read_to_string(&json_out).unwrap(), recorded);
+
+    // A variant of cwm's step: cwm's process runs again, PyTorch's line is reused.
+    let variant = [
+        "--rounds",
+        "1",
+        "--resume",
+        "--cwm-args=--loss fused-device",
+    ];
+    let (code, out, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &variant);
+    assert_eq!(code, Some(0), "{out}\n{stderr}");
+    assert!(stderr.contains("round 1: cwm"), "{stderr}");
+    assert!(!stderr.contains("round 1: torch"), "{stderr}");
+    let cells = table_row(&out, "slice_diag");
+    assert!(
+        cells[8].starts_with("cwm f32, fused-device loss; PyTorch "),
+        "{cells:?}"
+    );
+    assert_eq!(
+        cells[4],
+        table_row(&first, "slice_diag")[4],
+        "PyTorch's figure"
+    );
+    let text = std::fs::read_to_string(&json_out).unwrap();
+    let added: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(added["cell"]["cwm_args"], "--loss fused-device", "{added}");
+    assert_eq!(added["loss"], "fused-device", "{added}");
 
     // No time left: the recorded cell is still shown, the new one is not run (status 3).
     let budget = ["--rounds", "1", "--resume", "--budget-s", "0.000001"];

@@ -130,15 +130,8 @@ pub(crate) fn fused_state_loss(
             host.targets.len()
         )));
     }
-    let device = features.device();
     let x = features.clone().inner().reshape([steps, d]);
-    let w = head.weight.val().inner();
-    let bias = head.bias.as_ref().map(|b| b.val());
-    let mut z = x.clone().matmul(w.clone());
-    if let Some(b) = &bias {
-        z = z + b.clone().inner().reshape([1, HEAD_OUT]);
-    }
-    let mut grad: Vec<f32> = z
+    let mut grad: Vec<f32> = untracked_logits(x.clone(), head)
         .into_data()
         .try_into_vec::<f32>()
         .map_err(|e| ModelError::Shape(format!("logits are not f32: {e:?}")))?;
@@ -163,26 +156,57 @@ pub(crate) fn fused_state_loss(
         .map(|(&l, _)| l)
         .sum();
 
-    let inner = device.clone().inner();
+    let inner = x.device();
     let g = Tensor::<2>::from_data(TensorData::new(grad, [steps, HEAD_OUT]), &inner);
+    let scalar =
+        |value: f64| Tensor::<1>::from_data(TensorData::new(vec![value as f32], [1]), &inner);
+    let value = loss_sum / host.denom.max(1.0);
+    Ok(StateLoss {
+        loss: loss_with_head_gradient(features, head, x, g, scalar(value)),
+        loss_sum: scalar(loss_sum).autodiff(),
+        denom: scalar(host.denom).autodiff(),
+    })
+}
+
+/// The head's logits `X·W + b` outside the autodiff graph.
+///
+/// # Shapes
+/// - `x`: `[steps, d]`, untracked; output: `[steps, 1878]`, untracked
+pub(crate) fn untracked_logits(x: Tensor<2>, head: &Linear) -> Tensor<2> {
+    let z = x.matmul(head.weight.val().inner());
+    match &head.bias {
+        Some(b) => z + b.val().inner().reshape([1, HEAD_OUT]),
+        None => z,
+    }
+}
+
+/// The loss whose value is `value` and whose gradients with respect to `features` and the
+/// head's weight and bias are those of logits whose gradient is `g`: `∂X = G·Wᵀ`, `∂W = Xᵀ·G`,
+/// `∂b = Σ_rows G`, reaching the graph through the surrogate `Σ X ⊙ ∂X + Σ W ⊙ ∂W + Σ b ⊙ ∂b`
+/// (the gradients held constant) as `surrogate − detach(surrogate) + value`. Shared by both
+/// fused kernels.
+///
+/// # Shapes
+/// - `features`: `[batch, seq, d]` (tracked); `x`: the same as `[batch · seq, d]`, untracked
+/// - `g`: `[batch · seq, 1878]`, untracked; `value`: `[1]`, untracked
+pub(crate) fn loss_with_head_gradient(
+    features: Tensor<3>,
+    head: &Linear,
+    x: Tensor<2>,
+    g: Tensor<2>,
+    value: Tensor<1>,
+) -> Tensor<1> {
+    let [batch, seq, d] = features.dims();
+    let w = head.weight.val().inner();
     let grad_x = g.clone().matmul(w.transpose()).reshape([batch, seq, d]);
     let grad_w = x.transpose().matmul(g.clone());
-    let constant = |t: Tensor<2>| t.autodiff();
     let mut surrogate =
-        (features * grad_x.autodiff()).sum() + (head.weight.val() * constant(grad_w)).sum();
-    if let Some(b) = bias {
+        (features * grad_x.autodiff()).sum() + (head.weight.val() * grad_w.autodiff()).sum();
+    if let Some(b) = head.bias.as_ref().map(|b| b.val()) {
         let grad_b = g.sum_dim(0).reshape([HEAD_OUT]);
         surrogate = surrogate + (b * grad_b.autodiff()).sum();
     }
-    let scalar =
-        |value: f64| Tensor::<1>::from_data(TensorData::new(vec![value as f32], [1]), &device);
-    let value = loss_sum / host.denom.max(1.0);
-    let loss = surrogate.clone() - surrogate.detach() + scalar(value);
-    Ok(StateLoss {
-        loss,
-        loss_sum: scalar(loss_sum),
-        denom: scalar(host.denom),
-    })
+    surrogate.clone() - surrogate.detach() + value.autodiff()
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 pub mod checkpoint;
 mod config;
 mod device;
+mod device_loss;
 mod dropout;
 mod error;
 mod fused_loss;

@@ -4,7 +4,11 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 
+use std::fmt;
+use std::str::FromStr;
+
 use crate::config::Precision;
+use crate::device_loss::device_fused_state_loss;
 use crate::error::ModelError;
 use crate::fused_loss::{HostTargets, fused_state_loss};
 use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views};
@@ -148,18 +152,75 @@ pub fn state_loss(
     Ok(masked_loss(step_cross_entropy(logits, targets)?, valid))
 }
 
-/// Which implementation computes the state loss from features.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which implementation computes the state loss from features. All give the same value and
+/// gradients up to float rounding; they differ in speed and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LossKernel {
-    /// [`LossKernel::FusedCpu`] on a `flex` autodiff device (CPU training), else
-    /// [`LossKernel::Generic`].
+    /// `auto`: [`LossKernel::FusedCpu`] on a `flex` autodiff device (CPU training), else
+    /// [`LossKernel::Generic`]. The default.
+    #[default]
     Auto,
-    /// burn's tensor operations, on any backend.
+    /// `generic`: burn's tensor operations through autodiff, on any backend.
     Generic,
-    /// The head and the cross-entropy with its gradient as one host computation
+    /// `fused-cpu`: the head and the cross-entropy with its gradient as one host computation
     /// (`src/fused_loss.rs`); the logits are read back from the device, so it is meant for
     /// the `flex` CPU backend.
     FusedCpu,
+    /// `fused-device`: the same algebra with burn's tensor operations on the model's device,
+    /// outside the autodiff graph and with no read-back (`src/device_loss.rs`); meant for a
+    /// GPU.
+    FusedDevice,
+}
+
+impl LossKernel {
+    /// Every kernel, in the order of the variants.
+    pub const ALL: [LossKernel; 4] = [
+        LossKernel::Auto,
+        LossKernel::Generic,
+        LossKernel::FusedCpu,
+        LossKernel::FusedDevice,
+    ];
+
+    /// The canonical name (`auto`, `generic`, `fused-cpu`, `fused-device`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKernel::Auto => "auto",
+            LossKernel::Generic => "generic",
+            LossKernel::FusedCpu => "fused-cpu",
+            LossKernel::FusedDevice => "fused-device",
+        }
+    }
+
+    /// The kernel that `self` stands for on `device` ([`LossKernel::Auto`] resolved).
+    pub fn on(self, device: &Device) -> LossKernel {
+        match self {
+            LossKernel::Auto if device.is_autodiff() && *device == Device::flex() => {
+                LossKernel::FusedCpu
+            }
+            LossKernel::Auto => LossKernel::Generic,
+            kernel => kernel,
+        }
+    }
+}
+
+impl fmt::Display for LossKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for LossKernel {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LossKernel::ALL
+            .into_iter()
+            .find(|kernel| kernel.name() == s)
+            .ok_or_else(|| ModelError::InvalidConfig {
+                field: "loss kernel",
+                reason: format!("{s:?} is not auto, generic, fused-cpu or fused-device"),
+            })
+    }
 }
 
 /// [`state_loss`] of `head.forward(features)` with the head applied group by group, so the
@@ -196,40 +257,47 @@ pub fn state_loss_with_kernel(
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
     check_mask(&features, &valid, "features")?;
-    let device = features.device();
-    let fused = match kernel {
-        LossKernel::Auto => device.is_autodiff() && device == Device::flex(),
-        LossKernel::Generic => false,
-        LossKernel::FusedCpu => true,
-    };
-    if fused {
-        check_head(&features, head, &targets)?;
-        let host = HostTargets::read(targets, valid);
-        fused_state_loss(features, head, &host)
-    } else {
-        Ok(masked_loss(
+    check_head(&features, head, &targets)?;
+    match kernel.on(&features.device()) {
+        LossKernel::FusedCpu => {
+            let host = HostTargets::read(targets, valid);
+            fused_state_loss(features, head, &host)
+        }
+        LossKernel::FusedDevice => Ok(device_fused_state_loss(features, head, targets, valid)),
+        LossKernel::Auto | LossKernel::Generic => Ok(masked_loss(
             step_cross_entropy_from_features(features, head, targets)?,
             valid,
-        ))
+        )),
     }
 }
 
-/// [`state_loss_from_features`] in `precision`. [`Precision::Bf16`] computes the head's
+/// [`state_loss_with_kernel`] in `precision`. [`Precision::Bf16`] computes the head's
 /// products as [`crate::mixed`] describes, the cross-entropy in f32 on the bf16-rounded
 /// logits, and the denominator in bf16 as the reference's loss under autocast (spec A.4), with
-/// burn's tensor operations on any device (the fused CPU kernel is f32 only).
+/// burn's tensor operations on any device: the fused kernels are f32 only, and
+/// [`LossKernel::Auto`] takes the generic one there.
 ///
 /// # Errors
-/// As [`state_loss_from_features`].
+/// As [`state_loss_from_features`]; [`ModelError::InvalidConfig`] for a fused kernel in bf16.
 pub fn state_loss_in(
     precision: Precision,
+    kernel: LossKernel,
     features: Tensor<3>,
     head: &Linear,
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    if precision == Precision::F32 {
-        return state_loss_from_features(features, head, targets, valid);
+    match (precision, kernel) {
+        (Precision::F32, _) => {
+            return state_loss_with_kernel(kernel, features, head, targets, valid);
+        }
+        (_, LossKernel::FusedCpu | LossKernel::FusedDevice) => {
+            return Err(ModelError::InvalidConfig {
+                field: "loss kernel",
+                reason: format!("{kernel} computes in f32 only, not {precision}"),
+            });
+        }
+        (_, LossKernel::Auto | LossKernel::Generic) => {}
     }
     check_mask(&features, &valid, "features")?;
     check_head(&features, head, &targets)?;

@@ -26,6 +26,7 @@ use crate::error::ModelError;
 use crate::gdn::GatedDeltaNet;
 use crate::head::{HeadLogits, split_head};
 use crate::hidden::Tap;
+use crate::loss::LossKernel;
 use crate::mamba::Mamba;
 use crate::slice::Slice;
 use crate::transformer::Transformer;
@@ -89,8 +90,31 @@ pub trait StateModel {
         targets: Tensor<3, Int>,
         valid: Tensor<2, Bool>,
     ) -> Result<crate::StateLoss, ModelError> {
+        self.state_loss_with(LossKernel::Auto, moves, targets, valid)
+    }
+
+    /// [`StateModel::state_loss`] computed by `kernel` (`cwm model bench --loss` compares
+    /// them).
+    ///
+    /// # Errors
+    /// As [`StateModel::state_loss`]; [`ModelError::InvalidConfig`] for a fused kernel in
+    /// bf16.
+    fn state_loss_with(
+        &self,
+        kernel: LossKernel,
+        moves: Tensor<2, Int>,
+        targets: Tensor<3, Int>,
+        valid: Tensor<2, Bool>,
+    ) -> Result<crate::StateLoss, ModelError> {
         let features = self.features(moves);
-        crate::state_loss_in(self.precision(), features, self.head(), targets, valid)
+        crate::state_loss_in(
+            self.precision(),
+            kernel,
+            features,
+            self.head(),
+            targets,
+            valid,
+        )
     }
 }
 

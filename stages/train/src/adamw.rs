@@ -133,6 +133,22 @@ impl ModuleVisitor for NormVisitor<'_> {
     }
 }
 
+/// Every float parameter's squared gradient norm (`[1]` each), in module order.
+fn squared_norms<M: Module>(model: &M, grads: &GradientsParams) -> Vec<Tensor<1>> {
+    let mut visitor = NormVisitor {
+        path: Vec::new(),
+        grads,
+        squares: Vec::new(),
+    };
+    model.visit(&mut visitor);
+    visitor.squares
+}
+
+/// The L2 norm from squared parts, summed in f64 in their order.
+fn norm_of(squares: &[f32]) -> f64 {
+    squares.iter().map(|&s| f64::from(s)).sum::<f64>().sqrt()
+}
+
 /// Collects, per float parameter, the sum of `x − x`: 0 when every element is finite, NaN
 /// when one is NaN or infinite (and never an overflow, unlike a plain sum).
 struct FiniteVisitor {
@@ -240,17 +256,32 @@ impl AdamW {
     /// # Errors
     /// [`TrainError::Failed`] when a value cannot be read back from the device.
     pub fn grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> Result<f64, TrainError> {
-        let mut visitor = NormVisitor {
-            path: Vec::new(),
-            grads,
-            squares: Vec::new(),
-        };
-        model.visit(&mut visitor);
-        if visitor.squares.is_empty() {
+        let squares = squared_norms(model, grads);
+        if squares.is_empty() {
             return Ok(0.0);
         }
-        let squares = read_f32(Tensor::cat(visitor.squares, 0))?;
-        Ok(squares.iter().map(|&s| s as f64).sum::<f64>().sqrt())
+        Ok(norm_of(&read_f32(Tensor::cat(squares, 0))?))
+    }
+
+    /// The value of `loss` (`[1]`, detached) and [`AdamW::grad_norm`] in one read-back: a
+    /// step that reads both after its backward pass waits for the device once where it would
+    /// wait twice (the loss before the backward pass, the norm after it), and the backward
+    /// pass is queued while the forward pass still runs.
+    ///
+    /// # Errors
+    /// [`TrainError::Failed`] when a value cannot be read back from the device.
+    pub fn loss_and_grad_norm<M: Module>(
+        loss: Tensor<1>,
+        model: &M,
+        grads: &GradientsParams,
+    ) -> Result<(f64, f64), TrainError> {
+        let mut parts = vec![loss.inner()];
+        parts.extend(squared_norms(model, grads));
+        let values = read_f32(Tensor::cat(parts, 0))?;
+        match values.split_first() {
+            Some((&loss, squares)) => Ok((f64::from(loss), norm_of(squares))),
+            None => Err(TrainError::Failed("the loss read back empty".into())),
+        }
     }
 
     /// Clips `grads` by their global norm and applies one update with learning rate `lr`.
@@ -265,14 +296,26 @@ impl AdamW {
         lr: f64,
     ) -> Result<(M, StepOutcome), TrainError> {
         let grad_norm = Self::grad_norm(&model, grads)?;
+        Ok(self.step_with_norm(model, grads, lr, grad_norm))
+    }
+
+    /// [`AdamW::step`] with the global norm already read ([`AdamW::loss_and_grad_norm`]):
+    /// nothing is read back. A non-finite `grad_norm` applies nothing.
+    pub fn step_with_norm<M: Module>(
+        &mut self,
+        model: M,
+        grads: &GradientsParams,
+        lr: f64,
+        grad_norm: f64,
+    ) -> (M, StepOutcome) {
         if !grad_norm.is_finite() {
-            return Ok((
+            return (
                 model,
                 StepOutcome {
                     grad_norm,
                     applied: false,
                 },
-            ));
+            );
         }
         let clip_coef = if self.config.grad_clip > 0.0 {
             // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
@@ -289,13 +332,13 @@ impl AdamW {
             clip_coef,
         };
         let model = model.map(&mut mapper);
-        Ok((
+        (
             model,
             StepOutcome {
                 grad_norm,
                 applied: true,
             },
-        ))
+        )
     }
 
     /// Every parameter's moments, in path order, read back to the host exactly.

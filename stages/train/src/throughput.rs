@@ -6,17 +6,18 @@
 //! Every step trains on one fixed batch of `batch` sequences of `seq` tokens: START then
 //! pseudo-random move ids, pseudo-random targets within each label's classes, no padding.
 //! After `warmup` steps, `steps` steps are timed one by one. A step reads back to the host
-//! what the train stage's step reads: the loss before the backward pass, the gradient norm
-//! before the update, and whether every parameter is still finite after it (spec D.1 steps 5
-//! and 7); its time ends with the last, so work queued on a GPU is counted.
+//! what the train stage's step reads, as it reads them: the loss with the gradient norm after
+//! the backward pass (one read-back), then whether every parameter is still finite after the
+//! update (spec D.1 steps 5 and 7); its time ends with the last, so work queued on a GPU is
+//! counted.
 
 use std::time::Instant;
 
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
-    Family, Model, ModelConfig, N_LABELS, Precision, START_TOKEN, StateModel, device_by_name,
-    label_classes,
+    Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN, StateModel,
+    device_by_name, label_classes,
 };
 
 use crate::adamw::{AdamW, AdamWConfig, params_finite};
@@ -44,6 +45,8 @@ pub struct ThroughputOptions {
     /// the device ([`Precision::reference`], as the train stage's `precision: auto`) and
     /// overrides `model.precision`.
     pub precision: Option<Precision>,
+    /// How the loss is computed ([`LossKernel::Auto`], the train stage's choice, by default).
+    pub loss: LossKernel,
 }
 
 impl ThroughputOptions {
@@ -59,6 +62,7 @@ impl ThroughputOptions {
             steps: 5,
             seed: 0,
             precision: None,
+            loss: LossKernel::Auto,
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct Throughput {
     pub peak_reserved_bytes: Option<u64>,
     /// The arithmetic the steps ran in.
     pub precision: Precision,
+    /// The loss kernel the steps ran ([`LossKernel::Auto`] resolved for the device).
+    pub loss: LossKernel,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -95,16 +101,6 @@ impl Lcg {
             .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % n
     }
-}
-
-fn read_scalar(tensor: Tensor<1>) -> Result<f64, TrainError> {
-    tensor
-        .into_data()
-        .convert::<f64>()
-        .try_into_vec::<f64>()
-        .ok()
-        .and_then(|v| v.first().copied())
-        .ok_or_else(|| TrainError::Failed("cannot read the loss back".into()))
 }
 
 /// Runs the training steps of `options` and times them.
@@ -157,17 +153,19 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
             let _guard = lock_rng();
             device.seed(step_seed(options.seed, step as u64 + 1));
             model
-                .state_loss(moves.clone(), targets.clone(), valid.clone())?
+                .state_loss_with(options.loss, moves.clone(), targets.clone(), valid.clone())?
                 .loss
         };
-        last_loss = read_scalar(loss.clone().detach())?;
+        let detached = loss.clone().detach();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grad_norm;
+        (last_loss, grad_norm) = AdamW::loss_and_grad_norm(detached, &model, &grads)?;
         if !last_loss.is_finite() {
             return Err(TrainError::Failed(format!(
                 "the loss is {last_loss} at step {step}"
             )));
         }
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let (next, outcome) = optim.step(model, &grads, 3e-4)?;
+        let (next, outcome) = optim.step_with_norm(model, &grads, 3e-4, grad_norm);
         model = next;
         if !outcome.applied || !params_finite(&model)? {
             return Err(TrainError::Failed(format!(
@@ -193,6 +191,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
             .then(|| options.model.chunk_size_on(&device)),
         peak_reserved_bytes,
         precision: config.precision,
+        loss: options.loss.on(&device),
     })
 }
 

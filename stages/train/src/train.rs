@@ -159,18 +159,6 @@ pub fn init_model(config: &ModelConfig, seed: u64, device: &Device) -> Result<Mo
     Ok(model)
 }
 
-fn scalar(tensor: Tensor<1>) -> Result<f64, TrainError> {
-    let values = tensor
-        .into_data()
-        .convert::<f64>()
-        .try_into_vec::<f64>()
-        .map_err(|e| TrainError::Failed(format!("cannot read a scalar back: {e:?}")))?;
-    values
-        .first()
-        .copied()
-        .ok_or_else(|| TrainError::Failed("empty scalar".into()))
-}
-
 /// Validation (spec A.5) of `model` on the first `max_batches` batches (0 = all) of `val`.
 ///
 /// # Errors
@@ -460,10 +448,14 @@ impl<'a> Trainer<'a> {
         let batch = Batch::collate(games, self.config.data.max_steps);
         let lr = self.config.optimiser.lr * self.schedule.multiplier(self.run.opt_steps);
         let loss = self.forward(&batch)?;
-        let loss_value = scalar(loss.clone().detach())?;
+        let detached = loss.clone().detach();
+        // The backward pass runs before the loss is known to be finite: loss and gradient
+        // norm then come back in one read-back. A non-finite loss still skips the batch with
+        // no update (spec D.1 step 5); only its discarded gradients were computed.
+        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+        let (loss_value, grad_norm) = AdamW::loss_and_grad_norm(detached, &self.model, &grads)?;
         let update = if loss_value.is_finite() {
-            let grads = GradientsParams::from_grads(loss.backward(), &self.model);
-            let (next, outcome) = self.optim.step(self.model, &grads, lr)?;
+            let (next, outcome) = self.optim.step_with_norm(self.model, &grads, lr, grad_norm);
             self.model = next;
             self.check_update(outcome)?
         } else {

@@ -297,62 +297,83 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn the_fused_cpu_loss_equals_the_generic_one_in_value_and_gradients() {
+/// The loss of [`head_batch`] by `kernel`: loss, sum, denominator, and the gradients of the
+/// features, the head's weight and its bias.
+#[allow(clippy::type_complexity)]
+fn loss_and_gradients(
+    kernel: LossKernel,
+    lengths: [usize; 2],
+) -> (f64, f64, f64, Vec<f32>, Vec<f32>, Vec<f32>) {
     let device = Device::flex().autodiff();
-    let run = |fused: bool| {
-        let (head, features, targets, valid) = head_batch(&device);
-        let features = features.require_grad();
-        let kernel = if fused {
-            LossKernel::FusedCpu
-        } else {
-            LossKernel::Generic
-        };
-        let loss = state_loss_with_kernel(kernel, features.clone(), &head, targets, valid).unwrap();
-        let grads = loss.loss.backward();
-        let bias = head.bias.as_ref().unwrap().val();
-        (
-            scalar(loss.loss.clone().inner()),
-            scalar(loss.loss_sum.inner()),
-            scalar(loss.denom.inner()),
-            values(features.grad(&grads).unwrap().reshape([10, 8]).inner()),
-            values(head.weight.val().grad(&grads).unwrap().inner()),
-            values(bias.grad(&grads).unwrap().reshape([1, HEAD_OUT]).inner()),
-        )
-    };
-    let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) = run(true);
-    let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) = run(false);
-    assert_eq!(denom_f, 75.0 * 7.0);
-    assert_eq!(denom_f, denom_g);
-    assert!(
-        (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
-        "{loss_f} vs {loss_g}"
-    );
-    assert!(
-        (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
-        "{sum_f} vs {sum_g}"
-    );
+    let (head, features, targets, _) = head_batch(&device);
+    let valid = valid_mask(&lengths, 5, &device).unwrap();
+    let features = features.require_grad();
+    let loss = state_loss_with_kernel(kernel, features.clone(), &head, targets, valid).unwrap();
+    let grads = loss.loss.backward();
+    let bias = head.bias.as_ref().unwrap().val();
+    (
+        scalar(loss.loss.clone().inner()),
+        scalar(loss.loss_sum.inner()),
+        scalar(loss.denom.inner()),
+        values(features.grad(&grads).unwrap().reshape([10, 8]).inner()),
+        values(head.weight.val().grad(&grads).unwrap().inner()),
+        values(bias.grad(&grads).unwrap().reshape([1, HEAD_OUT]).inner()),
+    )
+}
+
+#[test]
+fn the_fused_losses_equal_the_generic_one_in_value_and_gradients() {
+    let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) =
+        loss_and_gradients(LossKernel::Generic, [5, 2]);
     // The gradients are a few 1e-3 in size; agreement to 1e-7 is float rounding.
     let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     assert!(scale > 1e-4, "gradient too small to compare: {scale}");
-    for (name, fused, generic) in [
-        ("features", gx_f, gx_g),
-        ("weight", gw_f, gw_g),
-        ("bias", gb_f, gb_g),
-    ] {
-        let diff = max_abs_diff(&fused, &generic);
-        assert!(diff < 1e-6, "{name}: max abs difference {diff}");
+    for kernel in [LossKernel::FusedCpu, LossKernel::FusedDevice] {
+        let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) = loss_and_gradients(kernel, [5, 2]);
+        assert_eq!(denom_f, 75.0 * 7.0, "{kernel}");
+        assert_eq!(denom_f, denom_g, "{kernel}");
+        assert!(
+            (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
+            "{kernel}: {loss_f} vs {loss_g}"
+        );
+        assert!(
+            (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
+            "{kernel}: {sum_f} vs {sum_g}"
+        );
+        for (name, fused, generic) in [
+            ("features", gx_f, &gx_g),
+            ("weight", gw_f, &gw_g),
+            ("bias", gb_f, &gb_g),
+        ] {
+            let diff = max_abs_diff(&fused, generic);
+            assert!(diff < 1e-6, "{kernel}, {name}: max abs difference {diff}");
+        }
+        // An all-padding batch: loss 0, and no gradient at all.
+        let (loss, sum, denom, gx, gw, gb) = loss_and_gradients(kernel, [0, 0]);
+        assert_eq!((loss, sum, denom), (0.0, 0.0, 0.0), "{kernel}");
+        for (name, grad) in [("features", gx), ("weight", gw), ("bias", gb)] {
+            assert!(grad.iter().all(|&g| g == 0.0), "{kernel}: {name}");
+        }
     }
-    // The padded steps get no gradient at all.
-    let (head, features, targets, _) = head_batch(&device);
-    let features = features.require_grad();
-    let none = valid_mask(&[0, 0], 5, &device).unwrap();
-    let loss = state_loss_with_kernel(LossKernel::FusedCpu, features.clone(), &head, targets, none)
-        .unwrap();
-    assert_eq!(scalar(loss.loss.clone().inner()), 0.0);
-    let grads = loss.loss.backward();
-    let gx = values(features.grad(&grads).unwrap().reshape([10, 8]).inner());
-    assert!(gx.iter().all(|&g| g == 0.0));
+}
+
+#[test]
+fn loss_kernels_have_names_and_auto_resolves_by_device() {
+    for kernel in LossKernel::ALL {
+        assert_eq!(kernel.name().parse::<LossKernel>().unwrap(), kernel);
+    }
+    let err = "fused".parse::<LossKernel>().unwrap_err().to_string();
+    assert!(err.contains("fused-device"), "{err}");
+    let cpu = Device::flex();
+    assert_eq!(
+        LossKernel::Auto.on(&cpu.clone().autodiff()),
+        LossKernel::FusedCpu
+    );
+    assert_eq!(LossKernel::Auto.on(&cpu), LossKernel::Generic);
+    assert_eq!(
+        LossKernel::FusedDevice.on(&cpu.autodiff()),
+        LossKernel::FusedDevice
+    );
 }
 
 #[test]

@@ -6,8 +6,8 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
 use cwm_models::{
-    Family, Model, ModelConfig, Precision, Size, StateModel, load_model, save_model, state_loss,
-    state_loss_in,
+    Family, LossKernel, Model, ModelConfig, Precision, Size, StateModel, load_model, save_model,
+    state_loss, state_loss_in,
 };
 
 use super::head_loss_metrics::head_batch;
@@ -56,6 +56,7 @@ fn the_bf16_loss_is_the_f32_loss_of_bf16_logits_over_the_references_denominator(
     let (head, features, targets, valid) = head_batch(&device);
     let mixed = state_loss_in(
         Precision::Bf16,
+        LossKernel::Auto,
         features.clone(),
         &head,
         targets.clone(),
@@ -75,7 +76,15 @@ fn the_bf16_loss_is_the_f32_loss_of_bf16_logits_over_the_references_denominator(
     assert_eq!(scalar(mixed.loss.clone()), got / 528.0);
 
     // The gradient reaches the f32 weights and is close to the f32 loss's.
-    let f32_loss = state_loss_in(Precision::F32, features, &head, targets, valid).unwrap();
+    let f32_loss = state_loss_in(
+        Precision::F32,
+        LossKernel::Auto,
+        features,
+        &head,
+        targets,
+        valid,
+    )
+    .unwrap();
     let grad_of = |loss: Tensor<1>| {
         let grads = loss.backward();
         let g = head.weight.val().grad(&grads).unwrap();
@@ -90,6 +99,18 @@ fn the_bf16_loss_is_the_f32_loss_of_bf16_logits_over_the_references_denominator(
         .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(g_mixed.iter().all(|g| g.is_finite()));
     assert!(worst > 0.0 && worst < 0.02 * scale, "{worst} of {scale}");
+}
+
+#[test]
+fn the_fused_loss_kernels_refuse_bf16() {
+    let device = Device::flex().autodiff();
+    for kernel in [LossKernel::FusedCpu, LossKernel::FusedDevice] {
+        let (head, features, targets, valid) = head_batch(&device);
+        let err = state_loss_in(Precision::Bf16, kernel, features, &head, targets, valid)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("f32 only"), "{kernel}: {err}");
+    }
 }
 
 #[test]

@@ -1,0 +1,113 @@
+//! The training loss as one fused computation on the model's own device (a GPU's): the output
+//! head, the cross-entropy and the gradient of the logits, with burn's tensor operations and
+//! no read-back.
+//!
+//! It is `src/fused_loss.rs`'s algebra kept where the tensors live. burn's autodiff builds the
+//! generic loss ([`crate::LossKernel::Generic`]) from a head product, a `log_softmax` and a
+//! `gather` per label group, records each of them in the graph, keeps their intermediates
+//! (log-probabilities as large as the logits) until the backward pass, and runs as many
+//! operations again backwards. Here, outside the graph:
+//!
+//! 1. `Z = X·W + b`, one product for all 1,878 logits;
+//! 2. per label group (`[steps, labels, classes]`): the row maximum `m`, `E = exp(Z − m)`, its
+//!    row sum `s`; the cross-entropy `m + log s − Z[target]`; and the logits' gradient
+//!    `G = (E / s − onehot(target)) · valid / denom`;
+//! 3. the gradients of `X`, `W`, `b` follow from `G` by two products and a column sum, and enter
+//!    the graph through the surrogate of [`crate::fused_loss::loss_with_head_gradient`].
+//!
+//! After the forward pass only the `[steps, d]` and `[d, 1878]` gradients are held, not
+//! tensors of the logits' size, and the backward pass of the loss is three multiplications.
+//! The value is the generic kernel's up to float rounding in the order of the sums; the tests
+//! hold the two to each other in value and in every gradient on the CPU.
+//!
+//! Unlike the CPU kernel it cannot check targets on the host: a valid step's target outside its
+//! label's classes is not detected (as with the generic kernel), so the data stages' checks
+//! are what keep them in range.
+
+use burn::nn::Linear;
+use burn::prelude::*;
+
+use crate::fused_loss::{loss_with_head_gradient, untracked_logits};
+use crate::head::{HEAD_OUT, N_LABELS, class_view_specs};
+use crate::loss::StateLoss;
+
+/// The state loss of `head.forward(features)` computed as the module docs describe.
+///
+/// # Shapes
+/// - `features`: `[batch, seq, d]`; `targets`: `[batch, seq, 75]`; `valid`: `[batch, seq]`
+///
+/// The caller checks that the shapes fit together.
+pub(crate) fn device_fused_state_loss(
+    features: Tensor<3>,
+    head: &Linear,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> StateLoss {
+    let [batch, seq, d] = features.dims();
+    let steps = batch * seq;
+    let x = features.clone().inner().reshape([steps, d]);
+    let z = untracked_logits(x.clone(), head);
+    let targets = targets.inner().reshape([steps, N_LABELS]);
+    let mask = valid.inner().float().reshape([steps, 1]);
+    let denom = mask.clone().sum().mul_scalar(N_LABELS as f32); // [1]
+    let weight = mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1]); // [steps, 1]
+    let mut per_step: Option<Tensor<2>> = None; // [steps, 1]
+    let mut grads = Vec::new();
+    for view in class_view_specs() {
+        let (labels, classes) = (view.n_labels, view.n_classes);
+        let logits = z
+            .clone()
+            .narrow(1, view.logit_offset, view.n_logits())
+            .reshape([steps, labels, classes]);
+        let target = targets
+            .clone()
+            .narrow(1, view.first_label, labels)
+            .reshape([steps, labels, 1]);
+        let (cross_entropy, grad) =
+            group_loss_and_gradient(logits, target, weight.clone().reshape([steps, 1, 1]));
+        per_step = Some(match per_step {
+            Some(total) => total + cross_entropy,
+            None => cross_entropy,
+        });
+        grads.push(grad.reshape([steps, labels * classes]));
+    }
+    let g = Tensor::cat(grads, 1); // [steps, 1878]
+    debug_assert_eq!(g.dims(), [steps, HEAD_OUT]);
+    let loss_sum = match per_step {
+        Some(total) => (total * mask).sum(),
+        None => denom.zeros_like(),
+    }; // [1]
+    let value = loss_sum.clone() / denom.clone().clamp_min(1.0);
+    StateLoss {
+        loss: loss_with_head_gradient(features, head, x, g, value),
+        loss_sum: loss_sum.autodiff(),
+        denom: denom.autodiff(),
+    }
+}
+
+/// One label group's cross-entropy summed over its labels, per step (`[steps, 1]`), and the
+/// gradient of its logits, `(softmax − onehot(target)) · weight` (`[steps, labels, classes]`).
+///
+/// # Shapes
+/// - `logits`: `[steps, labels, classes]`; `target`: `[steps, labels, 1]`; `weight`:
+///   `[steps, 1, 1]`
+fn group_loss_and_gradient(
+    logits: Tensor<3>,
+    target: Tensor<3, Int>,
+    weight: Tensor<3>,
+) -> (Tensor<2>, Tensor<3>) {
+    let [steps, labels, classes] = logits.dims();
+    let max = logits.clone().max_dim(2); // [steps, labels, 1]
+    let exps = (logits.clone() - max.clone()).exp();
+    let sums = exps.clone().sum_dim(2);
+    let picked = logits.gather(2, target.clone());
+    let cross_entropy = (max + sums.clone().log() - picked)
+        .sum_dim(1)
+        .reshape([steps, 1]);
+    let class_ids = Tensor::<1, Int>::arange(0..classes as i64, &target.device())
+        .reshape([1, 1, classes])
+        .expand([steps, labels, classes]);
+    let onehot = class_ids.equal(target.expand([steps, labels, classes]));
+    let grad = (exps / sums - onehot.float()) * weight;
+    (cross_entropy, grad)
+}
