@@ -12,11 +12,13 @@
 //! 2. per label group (`[steps, labels, classes]`): the row maximum `m`, `E = exp(Z − m)`, its
 //!    row sum `s`; the cross-entropy `m + log s − Z[target]`; and the logits' gradient
 //!    `G = (E / s − onehot(target)) · valid / denom`;
-//! 3. the gradients of `X`, `W`, `b` follow from `G` by two products and a column sum, and enter
-//!    the graph through the surrogate of [`crate::fused_loss::loss_with_head_gradient`].
+//! 3. group by group, `G`'s share of the gradients of `X`, `W`, `b` by two products and a
+//!    column sum (so no `[steps, 1878]` gradient is assembled), which enter the graph through
+//!    the surrogate of [`crate::fused_loss::loss_with_head_gradient`].
 //!
 //! After the forward pass only the `[steps, d]` and `[d, 1878]` gradients are held, not
 //! tensors of the logits' size, and the backward pass of the loss is three multiplications.
+//! While it runs, the logits and one group's exponentials and gradient are alive at once.
 //! The value is the generic kernel's up to float rounding in the order of the sums; the tests
 //! hold the two to each other in value and in every gradient on the CPU.
 //!
@@ -27,7 +29,7 @@
 use burn::nn::Linear;
 use burn::prelude::*;
 
-use crate::fused_loss::{loss_with_head_gradient, untracked_logits};
+use crate::fused_loss::{HeadGradients, loss_with_head_gradient, untracked_logits};
 use crate::head::{HEAD_OUT, N_LABELS, class_view_specs};
 use crate::loss::StateLoss;
 
@@ -51,8 +53,10 @@ pub(crate) fn device_fused_state_loss(
     let mask = valid.inner().float().reshape([steps, 1]);
     let denom = mask.clone().sum().mul_scalar(N_LABELS as f32); // [1]
     let weight = mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1]); // [steps, 1]
+    let w = head.weight.val().inner();
     let mut per_step: Option<Tensor<2>> = None; // [steps, 1]
-    let mut grads = Vec::new();
+    let mut grad_x: Option<Tensor<2>> = None; // [steps, d]
+    let (mut grad_w, mut grad_b) = (Vec::new(), Vec::new());
     for view in class_view_specs() {
         let (labels, classes) = (view.n_labels, view.n_classes);
         let logits = z
@@ -65,23 +69,38 @@ pub(crate) fn device_fused_state_loss(
             .reshape([steps, labels, 1]);
         let (cross_entropy, grad) =
             group_loss_and_gradient(logits, target, weight.clone().reshape([steps, 1, 1]));
-        per_step = Some(match per_step {
-            Some(total) => total + cross_entropy,
-            None => cross_entropy,
-        });
-        grads.push(grad.reshape([steps, labels * classes]));
+        per_step = Some(sum(per_step, cross_entropy));
+        // The group's share of the head's gradients, so that no [steps, 1878] gradient is
+        // ever assembled: its columns of ∂W and ∂b, and its term of ∂X.
+        let columns = w.clone().narrow(1, view.logit_offset, view.n_logits());
+        let part = HeadGradients::of(x.clone(), columns, grad.reshape([steps, labels * classes]));
+        grad_x = Some(sum(grad_x, part.x));
+        grad_w.push(part.weight);
+        grad_b.push(part.bias);
     }
-    let g = Tensor::cat(grads, 1); // [steps, 1878]
-    debug_assert_eq!(g.dims(), [steps, HEAD_OUT]);
+    let grads = HeadGradients {
+        x: grad_x.unwrap_or_else(|| x.zeros_like()),
+        weight: Tensor::cat(grad_w, 1), // [d, 1878]
+        bias: Tensor::cat(grad_b, 0),   // [1878]
+    };
+    debug_assert_eq!(grads.bias.dims(), [HEAD_OUT]);
     let loss_sum = match per_step {
         Some(total) => (total * mask).sum(),
         None => denom.zeros_like(),
     }; // [1]
     let value = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {
-        loss: loss_with_head_gradient(features, head, x, g, value),
+        loss: loss_with_head_gradient(features, head, grads, value),
         loss_sum: loss_sum.autodiff(),
         denom: denom.autodiff(),
+    }
+}
+
+/// `total + part`, or `part` alone when there is no total yet.
+fn sum(total: Option<Tensor<2>>, part: Tensor<2>) -> Tensor<2> {
+    match total {
+        Some(total) => total + part,
+        None => part,
     }
 }
 

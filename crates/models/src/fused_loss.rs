@@ -162,7 +162,12 @@ pub(crate) fn fused_state_loss(
         |value: f64| Tensor::<1>::from_data(TensorData::new(vec![value as f32], [1]), &inner);
     let value = loss_sum / host.denom.max(1.0);
     Ok(StateLoss {
-        loss: loss_with_head_gradient(features, head, x, g, scalar(value)),
+        loss: loss_with_head_gradient(
+            features,
+            head,
+            HeadGradients::of(x, head.weight.val().inner(), g),
+            scalar(value),
+        ),
         loss_sum: scalar(loss_sum).autodiff(),
         denom: scalar(host.denom).autodiff(),
     })
@@ -180,31 +185,49 @@ pub(crate) fn untracked_logits(x: Tensor<2>, head: &Linear) -> Tensor<2> {
     }
 }
 
+/// The gradients of the head's input, weight and bias, outside the autodiff graph.
+pub(crate) struct HeadGradients {
+    /// `∂X = G·Wᵀ`: `[steps, d]`.
+    pub(crate) x: Tensor<2>,
+    /// `∂W = Xᵀ·G`: `[d, n]`.
+    pub(crate) weight: Tensor<2>,
+    /// `∂b = Σ_rows G`: `[n]`.
+    pub(crate) bias: Tensor<1>,
+}
+
+impl HeadGradients {
+    /// The gradients that the logits' gradient `g` (`[steps, n]`) gives the head's columns
+    /// `w` (`[d, n]`) and their input `x` (`[steps, d]`).
+    pub(crate) fn of(x: Tensor<2>, w: Tensor<2>, g: Tensor<2>) -> HeadGradients {
+        let [_, n] = g.dims();
+        HeadGradients {
+            x: g.clone().matmul(w.transpose()),
+            weight: x.transpose().matmul(g.clone()),
+            bias: g.sum_dim(0).reshape([n]),
+        }
+    }
+}
+
 /// The loss whose value is `value` and whose gradients with respect to `features` and the
-/// head's weight and bias are those of logits whose gradient is `g`: `∂X = G·Wᵀ`, `∂W = Xᵀ·G`,
-/// `∂b = Σ_rows G`, reaching the graph through the surrogate `Σ X ⊙ ∂X + Σ W ⊙ ∂W + Σ b ⊙ ∂b`
-/// (the gradients held constant) as `surrogate − detach(surrogate) + value`. Shared by both
-/// fused kernels.
+/// head's weight and bias are `grads`, reaching the graph through the surrogate
+/// `Σ X ⊙ ∂X + Σ W ⊙ ∂W + Σ b ⊙ ∂b` (the gradients held constant) as
+/// `surrogate − detach(surrogate) + value`. Shared by both fused kernels.
 ///
 /// # Shapes
-/// - `features`: `[batch, seq, d]` (tracked); `x`: the same as `[batch · seq, d]`, untracked
-/// - `g`: `[batch · seq, 1878]`, untracked; `value`: `[1]`, untracked
+/// - `features`: `[batch, seq, d]` (tracked); `grads`: for the whole head (`n = 1878`);
+///   `value`: `[1]`, untracked
 pub(crate) fn loss_with_head_gradient(
     features: Tensor<3>,
     head: &Linear,
-    x: Tensor<2>,
-    g: Tensor<2>,
+    grads: HeadGradients,
     value: Tensor<1>,
 ) -> Tensor<1> {
     let [batch, seq, d] = features.dims();
-    let w = head.weight.val().inner();
-    let grad_x = g.clone().matmul(w.transpose()).reshape([batch, seq, d]);
-    let grad_w = x.transpose().matmul(g.clone());
+    let grad_x = grads.x.reshape([batch, seq, d]);
     let mut surrogate =
-        (features * grad_x.autodiff()).sum() + (head.weight.val() * grad_w.autodiff()).sum();
+        (features * grad_x.autodiff()).sum() + (head.weight.val() * grads.weight.autodiff()).sum();
     if let Some(b) = head.bias.as_ref().map(|b| b.val()) {
-        let grad_b = g.sum_dim(0).reshape([HEAD_OUT]);
-        surrogate = surrogate + (b * grad_b.autodiff()).sum();
+        surrogate = surrogate + (b * grads.bias.autodiff()).sum();
     }
     surrogate.clone() - surrogate.detach() + value.autodiff()
 }
