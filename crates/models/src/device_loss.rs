@@ -52,10 +52,11 @@ pub(crate) fn device_fused_state_loss(
     let targets = targets.inner().reshape([steps, N_LABELS]);
     let mask = valid.inner().float().reshape([steps, 1]);
     let denom = mask.clone().sum().mul_scalar(N_LABELS as f32); // [1]
-    let weight = mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1]); // [steps, 1]
+    let weight =
+        (mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1])).reshape([steps, 1, 1]);
     let w = head.weight.val().inner();
-    let mut per_step: Option<Tensor<2>> = None; // [steps, 1]
-    let mut grad_x: Option<Tensor<2>> = None; // [steps, d]
+    let mut per_step = mask.zeros_like(); // [steps, 1]
+    let mut grad_x = x.zeros_like(); // [steps, d]
     let (mut grad_w, mut grad_b) = (Vec::new(), Vec::new());
     for view in class_view_specs() {
         let (labels, classes) = (view.n_labels, view.n_classes);
@@ -67,40 +68,28 @@ pub(crate) fn device_fused_state_loss(
             .clone()
             .narrow(1, view.first_label, labels)
             .reshape([steps, labels, 1]);
-        let (cross_entropy, grad) =
-            group_loss_and_gradient(logits, target, weight.clone().reshape([steps, 1, 1]));
-        per_step = Some(sum(per_step, cross_entropy));
+        let (cross_entropy, grad) = group_loss_and_gradient(logits, target, weight.clone());
+        per_step = per_step + cross_entropy;
         // The group's share of the head's gradients, so that no [steps, 1878] gradient is
         // ever assembled: its columns of ∂W and ∂b, and its term of ∂X.
         let columns = w.clone().narrow(1, view.logit_offset, view.n_logits());
         let part = HeadGradients::of(x.clone(), columns, grad.reshape([steps, labels * classes]));
-        grad_x = Some(sum(grad_x, part.x));
+        grad_x = grad_x + part.x;
         grad_w.push(part.weight);
         grad_b.push(part.bias);
     }
     let grads = HeadGradients {
-        x: grad_x.unwrap_or_else(|| x.zeros_like()),
+        x: grad_x,
         weight: Tensor::cat(grad_w, 1), // [d, 1878]
         bias: Tensor::cat(grad_b, 0),   // [1878]
     };
     debug_assert_eq!(grads.bias.dims(), [HEAD_OUT]);
-    let loss_sum = match per_step {
-        Some(total) => (total * mask).sum(),
-        None => denom.zeros_like(),
-    }; // [1]
+    let loss_sum = (per_step * mask).sum(); // [1]
     let value = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {
         loss: loss_with_head_gradient(features, head, grads, value),
         loss_sum: loss_sum.autodiff(),
         denom: denom.autodiff(),
-    }
-}
-
-/// `total + part`, or `part` alone when there is no total yet.
-fn sum(total: Option<Tensor<2>>, part: Tensor<2>) -> Tensor<2> {
-    match total {
-        Some(total) => total + part,
-        None => part,
     }
 }
 

@@ -42,26 +42,24 @@ pub fn step_cross_entropy(
     groups_cross_entropy(class_views(logits), targets)
 }
 
-/// Like [`step_cross_entropy`] of `head.forward(features)`, with the head applied group by
-/// group: each run of labels with the same class count gets its logits from its own columns
-/// of the head's weight and bias. Every logit is the same dot product as in the full head;
-/// what changes is the backward pass, which never builds a `[batch, seq, 1878]` gradient per
-/// group (the backward of a slice of a tensor is a zero tensor of the whole shape).
+/// Like [`step_cross_entropy`] of `head.forward(features)` in `precision`, with the head
+/// applied group by group: each run of labels with the same class count gets its logits from
+/// its own columns of the head's weight and bias. Every logit is the same dot product as in
+/// the full head; what changes is the backward pass, which never builds a `[batch, seq, 1878]`
+/// gradient per group (the backward of a slice of a tensor is a zero tensor of the whole
+/// shape). The caller checks the shapes ([`check_head`]).
 ///
 /// # Shapes
 /// - `features`: `[batch, seq, d]`, the input of `head` (`Linear(d → 1878)`)
 /// - `targets`: `[batch, seq, 75]`
 /// - output: `[batch, seq]`
-///
-/// # Errors
-/// [`ModelError::Shape`] when the shapes do not fit together.
-pub fn step_cross_entropy_from_features(
+fn step_cross_entropy_in(
+    precision: Precision,
     features: Tensor<3>,
     head: &Linear,
     targets: Tensor<3, Int>,
 ) -> Result<Tensor<2>, ModelError> {
-    check_head(&features, head, &targets)?;
-    let views = head_views(Precision::F32, features, head)
+    let views = head_views(precision, features, head)
         .into_iter()
         .map(|(group, logits)| (group.first_label, logits));
     groups_cross_entropy(views, targets)
@@ -245,7 +243,7 @@ pub fn state_loss_from_features(
 }
 
 /// [`state_loss_from_features`] with the implementation chosen by `kernel` (the tests compare
-/// them).
+/// them): [`state_loss_in`] in f32.
 ///
 /// # Errors
 /// As [`state_loss_from_features`].
@@ -256,26 +254,14 @@ pub fn state_loss_with_kernel(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    check_mask(&features, &valid, "features")?;
-    check_head(&features, head, &targets)?;
-    match kernel.on(&features.device()) {
-        LossKernel::FusedCpu => {
-            let host = HostTargets::read(targets, valid);
-            fused_state_loss(features, head, &host)
-        }
-        LossKernel::FusedDevice => Ok(device_fused_state_loss(features, head, targets, valid)),
-        LossKernel::Auto | LossKernel::Generic => Ok(masked_loss(
-            step_cross_entropy_from_features(features, head, targets)?,
-            valid,
-        )),
-    }
+    state_loss_in(Precision::F32, kernel, features, head, targets, valid)
 }
 
-/// [`state_loss_with_kernel`] in `precision`. [`Precision::Bf16`] computes the head's
-/// products as [`crate::mixed`] describes, the cross-entropy in f32 on the bf16-rounded
-/// logits, and the denominator in bf16 as the reference's loss under autocast (spec A.4), with
-/// burn's tensor operations on any device: the fused kernels are f32 only, and
-/// [`LossKernel::Auto`] takes the generic one there.
+/// The state loss of `head.forward(features)` in `precision`, computed by `kernel`.
+/// [`Precision::Bf16`] computes the head's products as [`crate::mixed`] describes, the
+/// cross-entropy in f32 on the bf16-rounded logits, and the denominator in bf16 as the
+/// reference's loss under autocast (spec A.4), with burn's tensor operations on any device:
+/// the fused kernels are f32 only, and [`LossKernel::Auto`] takes the generic one there.
 ///
 /// # Errors
 /// As [`state_loss_from_features`]; [`ModelError::InvalidConfig`] for a fused kernel in bf16.
@@ -287,25 +273,32 @@ pub fn state_loss_in(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
-    match (precision, kernel) {
-        (Precision::F32, _) => {
-            return state_loss_with_kernel(kernel, features, head, targets, valid);
-        }
+    check_mask(&features, &valid, "features")?;
+    check_head(&features, head, &targets)?;
+    let kernel = match (precision, kernel) {
+        (Precision::F32, kernel) => kernel.on(&features.device()),
+        (_, LossKernel::Auto | LossKernel::Generic) => LossKernel::Generic,
         (_, LossKernel::FusedCpu | LossKernel::FusedDevice) => {
             return Err(ModelError::InvalidConfig {
                 field: "loss kernel",
                 reason: format!("{kernel} computes in f32 only, not {precision}"),
             });
         }
-        (_, LossKernel::Auto | LossKernel::Generic) => {}
+    };
+    match kernel {
+        LossKernel::FusedCpu => {
+            fused_state_loss(features, head, &HostTargets::read(targets, valid))
+        }
+        LossKernel::FusedDevice => Ok(device_fused_state_loss(features, head, targets, valid)),
+        LossKernel::Auto | LossKernel::Generic => {
+            let per_step = step_cross_entropy_in(precision, features, head, targets)?;
+            let loss = masked_loss(per_step, valid);
+            Ok(match precision {
+                Precision::F32 => loss,
+                Precision::Bf16 => loss.with_bf16_denominator(),
+            })
+        }
     }
-    check_mask(&features, &valid, "features")?;
-    check_head(&features, head, &targets)?;
-    let views = head_views(precision, features, head)
-        .into_iter()
-        .map(|(group, logits)| (group.first_label, logits));
-    let loss = masked_loss(groups_cross_entropy(views, targets)?, valid);
-    Ok(loss.with_bf16_denominator())
 }
 
 /// `valid` must be `[batch, seq]` of `x` (`[batch, seq, ..]`, called `what` in the error).
