@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use crate::config::{ModelConfig, Precision, Rope, Scan};
 use crate::error::ModelError;
 use crate::model::Model;
+use crate::rng::rng_lock;
 
 /// The architecture file of a checkpoint directory.
 pub const CONFIG_FILE: &str = "model.json";
@@ -176,9 +177,12 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<(Model, ModelConfig), M
         precision: Precision::F32,
         ..config.clone()
     };
-    let model = Model::init(&f32_config, device)?
+    // Held until every parameter is replaced: initialisers the load forces draw under it.
+    let rng = rng_lock();
+    let model = Model::build(&f32_config, device, &rng)?
         .try_load_file(&weights)
         .map_err(|e| checkpoint_error(&weights, e.to_string()))?;
+    drop(rng);
     Ok((model, config))
 }
 

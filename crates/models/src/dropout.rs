@@ -18,6 +18,8 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use rayon::prelude::*;
 
+use crate::rng::rng_lock;
+
 /// Mask elements per parallel task.
 const MASK_CHUNK: usize = 1 << 16;
 
@@ -63,6 +65,7 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     if !module.training.is_enabled() || !device.is_autodiff() || module.prob == 0.0 {
         return x;
     }
+    let _rng = rng_lock();
     if device != Device::flex() {
         return module.forward(x);
     }

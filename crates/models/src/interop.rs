@@ -52,6 +52,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::model::Model;
+use crate::rng::rng_lock;
 
 /// Metadata key holding the family name in files cwm writes.
 pub const META_ARCH: &str = "cwm.arch";
@@ -319,7 +320,7 @@ pub fn torch_keys(config: &ModelConfig) -> Result<Vec<(String, Vec<usize>)>, Int
                 .push((key, torch_shape(&dims, transposed && D == 2)));
         }
     }
-    let model = Model::init(config, &Device::flex())?;
+    let model = Model::build(config, &Device::flex(), &rng_lock())?;
     let mut shapes = Shapes {
         path: PathTracker::default(),
         keys: Vec::new(),
@@ -498,7 +499,9 @@ pub fn import_safetensors(
             },
         );
     }
-    let model = Model::init(config, device)?;
+    // Held until every parameter is replaced: initialisers the load forces draw under it.
+    let rng = rng_lock();
+    let model = Model::build(config, device, &rng)?;
     let mut loader = Loader {
         path: path.to_path_buf(),
         tracker: PathTracker::default(),
@@ -506,6 +509,7 @@ pub fn import_safetensors(
         error: None,
     };
     let model = model.map(&mut loader);
+    drop(rng);
     if let Some(error) = loader.error {
         return Err(error);
     }

@@ -45,6 +45,7 @@ mod metrics;
 pub mod mixed;
 mod model;
 mod recurrent;
+mod rng;
 mod slice;
 mod transformer;
 
@@ -65,6 +66,7 @@ pub use loss::{
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{Model, StateModel, params, params_of};
+pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.
 pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};

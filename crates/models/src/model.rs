@@ -18,6 +18,7 @@
 //!    `tests/params.rs` then checks its four sizes against spec C.3, and the shape tests in
 //!    `tests/models.rs` cover it.
 
+use burn::module::{ModuleVisitor, Param};
 use burn::nn::Linear;
 use burn::prelude::*;
 
@@ -28,6 +29,7 @@ use crate::head::{HeadLogits, split_head};
 use crate::hidden::Tap;
 use crate::loss::LossKernel;
 use crate::mamba::Mamba;
+use crate::rng::{RngGuard, rng_lock};
 use crate::slice::Slice;
 use crate::transformer::Transformer;
 
@@ -132,11 +134,45 @@ pub enum Model {
 }
 
 impl Model {
-    /// Builds a freshly initialised model (reference inits, spec B.*) on `device`.
+    /// Builds a freshly initialised model (reference inits, spec B.*) on `device`, every
+    /// parameter drawn at once under [`rng_lock`] from wherever the backend's generator stands.
     ///
     /// # Errors
     /// [`ModelError::InvalidConfig`] for unusable options.
     pub fn init(config: &ModelConfig, device: &Device) -> Result<Self, ModelError> {
+        let rng = rng_lock();
+        let model = Model::build(config, device, &rng)?;
+        model.draw_lazy_parameters();
+        Ok(model)
+    }
+
+    /// [`Model::init`] with the backend's generator seeded with `seed` first, under the same
+    /// hold of [`rng_lock`]: the same `seed` gives the same weights, whatever other threads
+    /// draw.
+    ///
+    /// # Errors
+    /// As [`Model::init`].
+    pub fn init_seeded(
+        config: &ModelConfig,
+        device: &Device,
+        seed: u64,
+    ) -> Result<Self, ModelError> {
+        let rng = rng_lock();
+        device.seed(seed);
+        let model = Model::build(config, device, &rng)?;
+        model.draw_lazy_parameters();
+        Ok(model)
+    }
+
+    /// The model's structure with its parameters' initialisers, which burn runs lazily (at a
+    /// parameter's first use) except the few drawn in the families' `init`. The guard is the
+    /// caller's proof that those draws, and any lazy one it forces while still holding it,
+    /// are its own.
+    pub(crate) fn build(
+        config: &ModelConfig,
+        device: &Device,
+        _rng: &RngGuard,
+    ) -> Result<Self, ModelError> {
         config.validate()?;
         match config.family {
             Family::Transformer => Ok(Model::Transformer(Transformer::init(config, device)?)),
@@ -144,6 +180,17 @@ impl Model {
             Family::Gdn | Family::GdnPos => Ok(Model::Gdn(GatedDeltaNet::init(config, device)?)),
             Family::Mamba3 | Family::Mamba2 => Ok(Model::Mamba(Mamba::init(config, device)?)),
         }
+    }
+
+    /// Forces every lazily initialised parameter to take its value now.
+    fn draw_lazy_parameters(&self) {
+        struct Touch;
+        impl ModuleVisitor for Touch {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let _ = param.val();
+            }
+        }
+        self.visit(&mut Touch);
     }
 
     /// The head's output cut into the label groups.
@@ -238,6 +285,6 @@ pub fn params(family: Family, size: Size) -> Result<usize, ModelError> {
 /// # Errors
 /// As [`Model::init`].
 pub fn params_of(config: &ModelConfig) -> Result<usize, ModelError> {
-    let model = Model::init(config, &Device::flex())?;
+    let model = Model::build(config, &Device::flex(), &rng_lock())?;
     Ok(model.num_params())
 }

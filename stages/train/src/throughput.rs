@@ -17,12 +17,12 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
     Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN, StateModel,
-    device_by_name, label_classes,
+    device_by_name, label_classes, rng_lock,
 };
 
 use crate::adamw::{AdamW, AdamWConfig, params_finite};
 use crate::error::TrainError;
-use crate::train::{init_model, lock_rng, step_seed};
+use crate::train::{init_model, step_seed};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -150,7 +150,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
     for step in 0..options.warmup + options.steps {
         let start = Instant::now();
         let loss = {
-            let _guard = lock_rng();
+            let _guard = rng_lock();
             device.seed(step_seed(options.seed, step as u64 + 1));
             model
                 .state_loss_with(options.loss, moves.clone(), targets.clone(), valid.clone())?

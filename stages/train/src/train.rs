@@ -8,8 +8,9 @@
 //! 2. `step += 1` (skipped batches count, as in the reference);
 //! 3. reseed the backend from `(seed, step)` and run the forward pass (dropout active);
 //! 4. loss = `cwm_models::state_loss`;
-//! 5. NaN guard: a non-finite loss skips the batch without backward; otherwise backward, the
-//!    global gradient norm, clipping, and a non-finite norm also skips; skipped batches neither
+//! 5. backward, then the loss and the global gradient norm in one read-back; NaN guard: a
+//!    non-finite loss skips the batch (its gradients are discarded), then clipping, and a
+//!    non-finite norm also skips; skipped batches neither
 //!    update nor advance the schedule, and are always logged; 20 consecutive skips abort;
 //! 6. AdamW update with `lr · λ(opt_steps)`, then `opt_steps += 1`;
 //! 7. parameter check: if any parameter became non-finite, the weights are restored from the
@@ -33,16 +34,16 @@
 //! uninterrupted run would have (runs without a rollback are unaffected).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_formats::Versioned;
 use cwm_formats::train::{Hparams, TrainSummary};
 use cwm_models::{
-    Model, ModelConfig, Precision, StateMetrics, StateModel, correct_counts, save_model, state_loss,
+    Model, ModelConfig, Precision, StateMetrics, StateModel, correct_counts, rng_lock, save_model,
+    state_loss,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde_json::{Map, Value};
@@ -63,11 +64,6 @@ pub const MAX_CONSECUTIVE_BAD: u64 = 20;
 /// Good steps between two in-memory weight snapshots for the rollback of spec D.1 step 7 (the
 /// reference's `nan_snapshot_every`).
 pub const NAN_SNAPSHOT_EVERY: u64 = 500;
-
-/// The backend's random generator is process-wide (burn's `flex` keeps one global seed), so
-/// reseeding and the forward pass that draws dropout masks run under this lock: two trainings
-/// in one process then still draw exactly their own masks.
-static RNG_LOCK: Mutex<()> = Mutex::new(());
 
 /// Where a run reads and writes.
 #[derive(Debug, Clone)]
@@ -129,34 +125,14 @@ pub fn step_seed(seed: u64, step: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-pub(crate) fn lock_rng() -> std::sync::MutexGuard<'static, ()> {
-    RNG_LOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Forces every lazily initialised parameter to take its value now.
-fn materialize(model: &Model) {
-    struct Touch;
-    impl ModuleVisitor for Touch {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let _ = param.val();
-        }
-    }
-    model.visit(&mut Touch);
-}
-
 /// The freshly initialised model a run with `seed` starts from, on `device`: the backend is
-/// seeded with [`step_seed`]`(seed, 0)` and every parameter takes its value at once.
+/// seeded with [`step_seed`]`(seed, 0)` and every parameter takes its value at once
+/// ([`Model::init_seeded`]).
 ///
 /// # Errors
 /// As [`Model::init`].
 pub fn init_model(config: &ModelConfig, seed: u64, device: &Device) -> Result<Model, TrainError> {
-    let _guard = lock_rng();
-    device.seed(step_seed(seed, 0));
-    let model = Model::init(config, device)?;
-    materialize(&model);
-    Ok(model)
+    Ok(Model::init_seeded(config, device, step_seed(seed, 0))?)
 }
 
 /// Validation (spec A.5) of `model` on the first `max_batches` batches (0 = all) of `val`.
@@ -483,10 +459,12 @@ impl<'a> Trainer<'a> {
     }
 
     /// The loss of `batch`, with the backend reseeded from `(seed, step)` so that the dropout
-    /// masks depend on the step only.
+    /// masks depend on the step only: the seed and every draw of the forward pass happen under
+    /// [`rng_lock`], so no other thread of the process (another stage building a model) draws
+    /// in between.
     fn forward(&self, batch: &Batch) -> Result<Tensor<1>, TrainError> {
         let (moves, targets, mask) = batch.tensors(&self.ad)?;
-        let _guard = lock_rng();
+        let _guard = rng_lock();
         self.ad
             .seed(step_seed(self.config.data.seed, self.run.step));
         Ok(self.model.state_loss(moves, targets, mask)?.loss)
