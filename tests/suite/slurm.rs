@@ -307,13 +307,30 @@ fn default_pipeline(name: &str, head: &str) -> Workspace {
     ws
 }
 
-const SHORT_TRAINING: [&str; 6] = [
+/// The default pipeline's every stage, shrunk: a short training run, fewer random games, and
+/// the probe and edit stages on a few steps and cases (at full size they are most of the run's
+/// time, twice over: locally and on Slurm).
+const SHRUNK: [&str; 20] = [
     "-s",
     "train.steps=12",
     "-s",
     "train.val_every=6",
     "-s",
     "train.warmup_steps=2",
+    "-s",
+    "random_uniform.games=40",
+    "-s",
+    "random_special.games=40",
+    "-s",
+    "random_probe.games=40",
+    "-s",
+    "probe.epochs=2",
+    "-s",
+    "probe.steps_per_game=2",
+    "-s",
+    "edit.cases=20",
+    "-s",
+    "edit.alphas=[1.0]",
 ];
 
 #[test]
@@ -323,7 +340,7 @@ fn the_default_pipeline_on_slurm_gives_a_local_runs_artifacts() {
     let slurm = default_pipeline("slurm-default-slurm", SLURM);
     for ws in [&local, &slurm] {
         let mut args = vec!["run", "--progress", "none"];
-        args.extend(SHORT_TRAINING);
+        args.extend(SHRUNK);
         let (ok, out) = cwm(ws, &args);
         assert!(ok, "{out}");
     }
