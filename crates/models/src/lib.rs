@@ -75,6 +75,6 @@ pub use recurrent::{
     inverse_softplus, scalar_decay_chunked, scalar_decay_scan, scalar_decay_sequential,
 };
 pub use slice::SliceCell;
-pub use transformer::{apply_rope, rope_tables};
+pub use transformer::{apply_rope, causal_attention, rope_tables};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

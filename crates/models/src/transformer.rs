@@ -7,6 +7,8 @@
 use burn::nn::{Dropout, DropoutConfig, Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{silu, softmax};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::config::{ModelConfig, Rope};
 use crate::dropout::dropout;
@@ -196,16 +198,57 @@ impl Attention {
         let q = apply_rope(split(0), cos, sin);
         let k = apply_rope(split(1), cos, sin);
         let v = split(2);
+        let out = if x.device().is_autodiff() {
+            self.attend_decomposed(q, k, v, causal)
+        } else {
+            causal_attention(q, k, v)
+        };
+        self.out_proj
+            .forward(out.swap_dims(1, 2).reshape([batch, seq, d]))
+    }
+
+    /// `softmax(q kᵀ / √head_dim + causal mask) v` from separate tensor operations, with
+    /// dropout on the probabilities: the training path, whose gradients autodiff derives.
+    ///
+    /// # Shapes
+    /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`
+    /// - output: `[batch, heads, seq, head_dim]`
+    fn attend_decomposed(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        causal: &Tensor<2, Bool>,
+    ) -> Tensor<4> {
+        let [batch, heads, seq, head_dim] = q.dims();
         let scores = q.matmul(k.swap_dims(2, 3)) / (head_dim as f64).sqrt(); // [batch, heads, seq, seq]
         let mask = causal
             .clone()
             .reshape([1, 1, seq, seq])
             .expand([batch, heads, seq, seq]);
         let probs = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
-        let probs = dropout(&self.attn_dropout, probs);
-        let out = probs.matmul(v).swap_dims(1, 2).reshape([batch, seq, d]);
-        self.out_proj.forward(out)
+        dropout(&self.attn_dropout, probs).matmul(v)
     }
+}
+
+/// Causal scaled dot-product attention (scale `1/√head_dim`) as one backend operation: burn's
+/// fused attention. It has no dropout, and burn's autodiff does not differentiate it as one
+/// operation (it falls back to separate ones there), so the model takes it on devices without
+/// autodiff only: evaluation, validation and every stage that reads hidden states. The CPU backend computes it
+/// per head with two matrix products and the score rows in cache; CUDA with a flash-attention
+/// kernel. Its results equal [`Attention::attend_decomposed`]'s without dropout up to the
+/// summation order (the test `fused_attention_equals_the_decomposed_one`).
+///
+/// # Shapes
+/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`
+/// - output: `[batch, heads, seq, head_dim]`
+pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    attention(q, k, v, None, None, options)
 }
 
 impl SwiGlu {

@@ -1,15 +1,16 @@
 //! The `evaluate` stage's speed on real tokenized games, with a freshly initialised model.
 //!
 //! ```text
-//! cargo run --release -p cwm-stage-evaluate --example evaluate_throughput -- DATA [RUNS] [probabilities]
+//! cargo run --release -p cwm-stage-evaluate --example evaluate_throughput -- DATA [RUNS] [SIZE] [probabilities]
 //! ```
 //!
 //! `DATA` is a `tokenize` artifact (the default pipeline's `tokenize_test`, say: `cwm run --only
 //! tokenize_test`, then `cwm show tokenize_test` prints its path). The example saves a freshly
-//! initialised Transformer d128 (the weights do not change the work) into a temporary
-//! directory, then runs [`evaluate`] `RUNS` times (default 5) on the CPU with the stage's
-//! defaults, `probabilities` as given, and prints each run's time, the median and steps per
-//! second.
+//! initialised Transformer of `SIZE` (d128, d256, d384 or d512; default d128; the weights do
+//! not change the work) into a temporary directory, then runs [`evaluate`] `RUNS` times
+//! (default 5) on the CPU with the stage's defaults, `probabilities` as given, and prints each
+//! run's time, the median and steps per second. The arguments after `DATA` may come in any
+//! order.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,13 +26,21 @@ fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
     let data = PathBuf::from(
         args.next()
-            .ok_or("usage: evaluate_throughput DATA [RUNS]")?,
+            .ok_or("usage: evaluate_throughput DATA [RUNS] [SIZE] [probabilities]")?,
     );
-    let runs: usize = args.next().map_or(Ok(5), |s| s.parse())?;
-    let probabilities = args.next().is_some_and(|s| s == "probabilities");
+    let (mut runs, mut size, mut probabilities) = (5usize, Size::D128, false);
+    for arg in args {
+        if arg == "probabilities" {
+            probabilities = true;
+        } else if let Ok(n) = arg.parse() {
+            runs = n;
+        } else {
+            size = arg.parse()?;
+        }
+    }
     let dir = std::env::temp_dir().join(format!("cwm-evaluate-throughput-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let config = ModelConfig::new(Family::Transformer, Size::D128);
+    let config = ModelConfig::new(Family::Transformer, size);
     let model = Model::init(&config, &Device::flex())?;
     let checkpoint = dir.join("checkpoint");
     save_model(&checkpoint, &model, &config)?;
@@ -64,7 +73,7 @@ fn main() -> Result<(), Error> {
     times.sort_by(f64::total_cmp);
     let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
     println!(
-        "median {median:.3} s, {:.0} steps/s (probabilities: {probabilities})",
+        "median {median:.3} s, {:.0} steps/s ({size}, probabilities: {probabilities})",
         steps as f64 / median
     );
     std::fs::remove_dir_all(&dir)?;

@@ -4,8 +4,10 @@
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
+use burn::tensor::activation::softmax;
 use cwm_models::{
-    Family, Model, ModelConfig, Rope, Scan, Size, SliceCell, StateModel, apply_rope, rope_tables,
+    Family, Model, ModelConfig, Rope, Scan, Size, SliceCell, StateModel, apply_rope,
+    causal_attention, rope_tables,
 };
 
 fn moves(batch: usize, seq: usize, device: &Device) -> Tensor<2, Int> {
@@ -153,6 +155,48 @@ fn standard_rope_option_changes_the_model() {
     // Same first step (angle 0), different later steps.
     assert!(max_abs_diff(a.clone().narrow(1, 0, 1), b.clone().narrow(1, 0, 1)) < 1e-5);
     assert!(max_abs_diff(a, b) > 1e-4);
+}
+
+/// The fused attention of devices without autodiff (evaluation) equals the separate operations
+/// of the training path, and is causal: attending to every position instead gives other
+/// outputs at every step but the last.
+#[test]
+fn fused_attention_equals_the_decomposed_one() {
+    let device = Device::flex();
+    device.seed(5);
+    let shape = [3, 2, 37, 64];
+    let draw = || Tensor::<4>::random(shape, Distribution::Normal(0.0, 2.0), &device);
+    let (q, k, v) = (draw(), draw(), draw());
+    let scores = q.clone().matmul(k.clone().swap_dims(2, 3)) / 8.0;
+    let future = Tensor::<2, Bool>::tril_mask([37, 37], 0, &device)
+        .reshape([1, 1, 37, 37])
+        .expand([3, 2, 37, 37]);
+    let attend = |scores: Tensor<4>| softmax(scores, 3).matmul(v.clone());
+    let causal = attend(scores.clone().mask_fill(future, f32::NEG_INFINITY));
+    let fused = causal_attention(q, k, v.clone());
+    assert!(max_abs_diff(fused.clone(), causal) < 1e-5);
+    let everything = attend(scores);
+    assert!(
+        max_abs_diff(
+            fused.clone().narrow(2, 36, 1),
+            everything.clone().narrow(2, 36, 1)
+        ) < 1e-5
+    );
+    assert!(max_abs_diff(fused.narrow(2, 0, 36), everything.narrow(2, 0, 36)) > 1e-2);
+}
+
+/// A Transformer's logits without autodiff (the fused attention) equal those of the same
+/// weights on the autodiff device with dropout off (the separate operations training runs).
+#[test]
+fn transformer_logits_agree_with_and_without_autodiff() {
+    let device = Device::flex().autodiff();
+    let mut config = ModelConfig::new(Family::Transformer, Size::D256);
+    config.dropout = 0.0;
+    let model = Model::init(&config, &device).unwrap();
+    let decomposed = model.logits(moves(2, 41, &device)).inner();
+    let inference = model.valid();
+    let fused = inference.logits(moves(2, 41, &Device::flex()));
+    assert!(max_abs_diff(decomposed, fused) < 1e-4);
 }
 
 /// Sequential and chunked scans agree on outputs and on the gradients of every parameter and
