@@ -284,3 +284,78 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert!(!stderr.contains("panicked"), "cwm {args:?}: {stderr}");
     }
 }
+
+/// Runs `benches/gpu_session.sh SECONDS` on the CPU for SLiCE-diag at d128 and a toy shape,
+/// its figures into `ws.dir/out`; returns (exit status, stderr).
+fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu_session.sh");
+    let settings = [
+        ("DEVICE", "cpu"),
+        ("FAMILIES", "slice_diag"),
+        ("SIZES", "d128"),
+        ("MORE_SIZES", ""),
+        ("BATCH", "2"),
+        ("SEQ", "8"),
+        ("STEPS", "1"),
+        ("CWM", env!("CARGO_BIN_EXE_cwm")),
+    ];
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(seconds)
+        .envs(settings)
+        .env("OUT", ws.dir.join("out"))
+        .env("STATE", ws.dir.join("state"))
+        .output()
+        .expect("run bash");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
+    if !torch_and_slices() {
+        return;
+    }
+    let ws = Workspace::new("gpu-session");
+    let out = ws.dir.join("out");
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+
+    // No time: nothing is measured, and the summary says so.
+    let (code, stderr) = gpu_session(&ws, "1");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(read("summary.txt").contains("round1: not run"), "{stderr}");
+    assert!(!out.join("table.md").exists(), "{stderr}");
+
+    let (code, stderr) = gpu_session(&ws, "600");
+    assert_eq!(code, Some(0), "{stderr}");
+    let summary = read("summary.txt");
+    let steps: Vec<&str> = summary
+        .lines()
+        .map(|line| line.trim_start_matches("gpu_session: "))
+        .map(|line| line.split([':', ' ']).next().unwrap_or(line))
+        .collect();
+    assert_eq!(
+        steps,
+        ["round1", "profile", "fused-device", "round2", "finished"],
+        "{summary}"
+    );
+    assert!(summary.contains("profile: not run (cpu"), "{summary}");
+    assert!(read("table.md").contains("median of 2 round(s)"));
+    assert_eq!(table_row(&read("table.md"), "slice_diag")[2], "d128");
+    assert!(
+        table_row(&read("table-fused-device.md"), "slice_diag")[8]
+            .starts_with("cwm f32, fused-device loss;")
+    );
+    // Two rounds of both sides, and cwm's variant once.
+    let lines = read("compare-stacks.jsonl");
+    assert_eq!(lines.lines().count(), 5, "{lines}");
+    assert!(read("machine.txt").contains("cores "));
+
+    // Again: every figure is in the kept file, so no process runs.
+    let (code, stderr) = gpu_session(&ws, "600");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(read("compare-stacks.jsonl"), lines);
+    assert!(!read("compare-round2.log").contains("round 2: cwm"));
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# One lent GPU session's measurements for docs/gpu.md, in one call that ends in time:
+#
+#   benches/gpu_session.sh SECONDS
+#
+# on the GPU machine (paths are from the repository root), with what docs/gpu.md says to bring:
+# target/cuda-offline/cwm-cuda.xz (docs/build-cuda-offline.sh) and target/reference-stack
+# (benches/python/reference_stack.sh fetch). The measurements end within SECONDS of the start;
+# the installation counts towards them but is not cut short (causal-conv1d's compilation), so
+# give the call itself a minute more. In order, each step taking only what is left:
+#
+#   1. machine.txt: the GPU, driver, PyTorch, Triton and nvcc versions;
+#   2. cwm-cuda unpacked (once) and the reference stack installed (install.log);
+#   3. every family at d128 and d512, one round (table-round1.md);
+#   4. the transformer at d512 under cubecl's kernel profiler (transformer-d512-profile.log);
+#   5. the same cells with cwm's loss on the device, fused (table-fused-device.md);
+#   6. a second round of step 3 (table.md: the table docs/gpu.md carries);
+#   7. d256 and d384 too (table-all-sizes.md).
+#
+# The figures go to $OUT (the device's return folder; target/gpu-session without one):
+# compare-stacks.jsonl (every process's line), the tables, each step's stderr, summary.txt (what
+# ran and what time ran out for). The JSON lines are kept in $STATE too, so the same command
+# on the still-warm machine goes on where the last call stopped.
+#
+# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6),
+# MORE_SIZES (d256,d384: step 7; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
+# DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
+# (target/gpu-session-state).
+set -euo pipefail
+
+usage() {
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
+  exit 2
+}
+
+if [ $# -ne 1 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+  usage
+fi
+DEADLINE=$((SECONDS + $1))
+cd "$(dirname "$0")/.."
+DEVICE=${DEVICE:-cuda}
+FAMILIES=${FAMILIES:-all}
+SIZES=${SIZES:-d128,d512}
+MORE_SIZES=${MORE_SIZES-d256,d384}
+BATCH=${BATCH:-128}
+SEQ=${SEQ:-256}
+STEPS=${STEPS:-10}
+CWM=${CWM:-target/cuda-offline/cwm-cuda}
+STACK=${STACK:-target/reference-stack}
+OUT=${OUT:-target/gpu-session}
+STATE=${STATE:-target/gpu-session-state}
+mkdir -p "$OUT" "$STATE"
+JSONL=$STATE/compare-stacks.jsonl
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+
+say() { echo "gpu_session: $*" | tee -a "$SUMMARY" >&2; }
+left() { echo $((DEADLINE - SECONDS)); }
+
+# 1. The machine.
+{
+  date -u +%FT%TZ
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
+    2>&1 || true
+  python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 || true
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  echo "cores $(nproc)"
+} >"$OUT/machine.txt" 2>&1 || true
+
+# 2. cwm and the reference stack.
+if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
+  xz -dkf "$CWM.xz"
+  chmod +x "$CWM"
+fi
+[ -x "$CWM" ] || { say "error: no cwm binary at $CWM (nor $CWM.xz)"; exit 1; }
+if [ "$DEVICE" != cpu ]; then
+  started=$SECONDS
+  if ! exports=$(benches/python/reference_stack.sh install "$STACK" 2>"$OUT/install.log"); then
+    say "error: the reference stack did not install (install.log)"
+    exit 1
+  fi
+  eval "$exports"
+  say "reference stack installed in $((SECONDS - started)) s"
+fi
+
+# Runs compare_stacks.py as step NAME within what is left, less a margin for the steps after;
+# its table goes to $OUT/table-NAME.md.
+compare() {
+  local name=$1 sizes=$2 rounds=$3 status=0
+  shift 3
+  local budget=$(($(left) - 10))
+  if [ "$budget" -lt 30 ]; then
+    say "$name: not run, $(left) s left"
+    return 0
+  fi
+  python3 benches/python/compare_stacks.py --cwm "$CWM" --device "$DEVICE" \
+    --families "$FAMILIES" --sizes "$sizes" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
+    --rounds "$rounds" --json-out "$JSONL" --resume --budget-s "$budget" --timeout 240 "$@" \
+    >"$OUT/table-$name.md" 2>"$OUT/compare-$name.log" || status=$?
+  cp "$JSONL" "$OUT/compare-stacks.jsonl"
+  case $status in
+    0) say "$name: done, $(left) s left" ;;
+    3) say "$name: the time ran out; the same command goes on from $JSONL" ;;
+    *) say "$name: some cells failed (compare-$name.log), $(left) s left" ;;
+  esac
+}
+
+# The transformer at d512 with cubecl's profiler: where a step's time goes, kernel by kernel.
+profile() {
+  local log=$OUT/transformer-d512-profile.log
+  if [ "$DEVICE" = cpu ] || [ "$(left)" -lt 60 ]; then
+    say "profile: not run ($DEVICE, $(left) s left)"
+    return 0
+  fi
+  if CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG=$log timeout $(($(left) - 20)) \
+    "$CWM" model bench --device "$DEVICE" --arch transformer --size d512 --batch "$BATCH" \
+    --seq "$SEQ" --warmup 2 --steps 3 --json >"$OUT/profile.json" 2>"$OUT/profile.stderr"; then
+    say "profile: done, $(left) s left"
+  else
+    say "profile: failed or out of time (profile.stderr)"
+  fi
+}
+
+compare round1 "$SIZES" 1
+profile
+compare fused-device "$SIZES" 1 "--cwm-args=--loss fused-device"
+compare round2 "$SIZES" 2
+cp "$OUT/table-round2.md" "$OUT/table.md" 2>/dev/null || true
+if [ -n "$MORE_SIZES" ]; then
+  compare all-sizes "$SIZES,$MORE_SIZES" 2
+fi
+say "finished with $(left) s left"
