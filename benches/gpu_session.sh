@@ -9,18 +9,21 @@
 # the installation counts towards them but is not cut short (causal-conv1d's compilation), so
 # give the call itself a minute more. In order, each step taking only what is left:
 #
-#   1. machine.txt: the GPU, driver, PyTorch, Triton and nvcc versions;
-#   2. cwm-cuda unpacked (once) and the reference stack installed (install.log);
-#   3. every family at d128 and d512, one round (table-round1.md);
-#   4. the transformer at d512 under cubecl's kernel profiler (transformer-d512-profile.log);
-#   5. the same cells with cwm's loss on the device, fused (table-fused-device.md);
-#   6. a second round of step 3 (table.md: the table docs/gpu.md carries);
-#   7. d256 and d384 too (table-all-sizes.md).
+#   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
+#   2. cwm-cuda unpacked (once) and the reference stack installed;
+#   3. round1: every family at d128 and d512, one round;
+#   4. profile: the transformer at d512 under cubecl's kernel profiler;
+#   5. fused-device: the cells of step 3 with cwm's loss fused on the device;
+#   6. round2: a second round of step 3 (the table docs/gpu.md carries);
+#   7. all-sizes: d256 and d384 too.
 #
-# The figures go to $OUT (the device's return folder; target/gpu-session without one):
-# compare-stacks.jsonl (every process's line), the tables, each step's stderr, summary.txt (what
-# ran and what time ran out for). The JSON lines are kept in $STATE too, so the same command
-# on the still-warm machine goes on where the last call stopped.
+# Seven files go to $OUT (the folder a lent machine sends back; target/gpu-session without
+# one), few enough for such a folder: summary.txt (the machine, then each step: what ran and
+# what the time cut), tables.md (each step's table under its name), compare.log (each step's
+# progress, every process's wall time), compare-stacks.jsonl (every process's line),
+# install.log, profile.log (cubecl's kernel table) and profile-run.txt (that run's own output).
+# The JSON lines are kept in $STATE too, so the same command on the still-warm machine goes on
+# where the last call stopped.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6),
 # MORE_SIZES (d256,d384: step 7; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
@@ -54,6 +57,8 @@ mkdir -p "$OUT" "$STATE"
 JSONL=$STATE/compare-stacks.jsonl
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
+: >"$OUT/tables.md"
+: >"$OUT/compare.log"
 
 say() { echo "gpu_session: $*" | tee -a "$SUMMARY" >&2; }
 left() { echo $((DEADLINE - SECONDS)); }
@@ -68,7 +73,7 @@ left() { echo $((DEADLINE - SECONDS)); }
   python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 || true
   command -v nvcc >/dev/null && nvcc --version | tail -1
   echo "cores $(nproc)"
-} >"$OUT/machine.txt" 2>&1 || true
+} >>"$SUMMARY" 2>&1 || true
 
 # 2. cwm and the reference stack.
 if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
@@ -87,7 +92,7 @@ if [ "$DEVICE" != cpu ]; then
 fi
 
 # Runs compare_stacks.py as step NAME within what is left, less a margin for the steps after;
-# its table goes to $OUT/table-NAME.md.
+# its table goes under "## NAME" in tables.md, its progress likewise in compare.log.
 compare() {
   local name=$1 sizes=$2 rounds=$3 status=0
   shift 3
@@ -96,31 +101,33 @@ compare() {
     say "$name: not run, $(left) s left"
     return 0
   fi
+  printf '## %s\n\n' "$name" | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   python3 benches/python/compare_stacks.py --cwm "$CWM" --device "$DEVICE" \
     --families "$FAMILIES" --sizes "$sizes" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
     --rounds "$rounds" --json-out "$JSONL" --resume --budget-s "$budget" --timeout 240 "$@" \
-    >"$OUT/table-$name.md" 2>"$OUT/compare-$name.log" || status=$?
+    >>"$OUT/tables.md" 2>>"$OUT/compare.log" || status=$?
+  echo | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   cp "$JSONL" "$OUT/compare-stacks.jsonl"
   case $status in
     0) say "$name: done, $(left) s left" ;;
     3) say "$name: the time ran out; the same command goes on from $JSONL" ;;
-    *) say "$name: some cells failed (compare-$name.log), $(left) s left" ;;
+    *) say "$name: some cells failed (compare.log), $(left) s left" ;;
   esac
 }
 
 # The transformer at d512 with cubecl's profiler: where a step's time goes, kernel by kernel.
 profile() {
-  local log=$OUT/transformer-d512-profile.log
+  local log=$OUT/profile.log
   if [ "$DEVICE" = cpu ] || [ "$(left)" -lt 60 ]; then
     say "profile: not run ($DEVICE, $(left) s left)"
     return 0
   fi
   if CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG=$log timeout $(($(left) - 20)) \
     "$CWM" model bench --device "$DEVICE" --arch transformer --size d512 --batch "$BATCH" \
-    --seq "$SEQ" --warmup 2 --steps 3 --json >"$OUT/profile.json" 2>"$OUT/profile.stderr"; then
+    --seq "$SEQ" --warmup 2 --steps 3 --json >"$OUT/profile-run.txt" 2>&1; then
     say "profile: done, $(left) s left"
   else
-    say "profile: failed or out of time (profile.stderr)"
+    say "profile: failed or out of time (profile-run.txt)"
   fi
 }
 
@@ -128,7 +135,6 @@ compare round1 "$SIZES" 1
 profile
 compare fused-device "$SIZES" 1 "--cwm-args=--loss fused-device"
 compare round2 "$SIZES" 2
-cp "$OUT/table-round2.md" "$OUT/table.md" 2>/dev/null || true
 if [ -n "$MORE_SIZES" ]; then
   compare all-sizes "$SIZES,$MORE_SIZES" 2
 fi
