@@ -234,10 +234,11 @@ impl Attention {
 /// Causal scaled dot-product attention (scale `1/√head_dim`) as one backend operation: burn's
 /// fused attention. It has no dropout, and burn's autodiff does not differentiate it as one
 /// operation (it falls back to separate ones there), so the model takes it on devices without
-/// autodiff only: evaluation, validation and every stage that reads hidden states. The CPU backend computes it
-/// per head with two matrix products and the score rows in cache; CUDA with a flash-attention
-/// kernel. Its results equal [`Attention::attend_decomposed`]'s without dropout up to the
-/// summation order (the test `fused_attention_equals_the_decomposed_one`).
+/// autodiff only: evaluation, validation and every stage that reads hidden states. The CPU
+/// backend computes it per head, with the whole score matrix or tiles of it in cache; CUDA
+/// with a flash-attention kernel (autotuned against separate kernels). Its results equal
+/// `Attention::attend_decomposed`'s without dropout up to the summation order (the test
+/// `fused_attention_equals_the_decomposed_one`).
 ///
 /// # Shapes
 /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`
