@@ -5,9 +5,10 @@
 #
 # on the GPU machine (paths are from the repository root), with what docs/gpu.md says to bring:
 # target/cuda-offline/cwm-cuda.xz (docs/build-cuda-offline.sh) and target/reference-stack
-# (benches/python/reference_stack.sh fetch). The measurements end within SECONDS of the start;
-# the installation counts towards them but is not cut short (causal-conv1d's compilation), so
-# give the call itself a minute more. In order, each step taking only what is left:
+# (benches/python/reference_stack.sh fetch, then prebuild for the machine's PyTorch, else
+# install compiles causal-conv1d there for minutes). The measurements end within SECONDS of the
+# start; the installation counts towards them but is not cut short, so give the call itself a
+# minute more. In order, each step taking only what is left:
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
 #   2. cwm-cuda unpacked (once) and the reference stack installed;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reference's Python stack (crates/models/python/reference_stack.py) for a GPU machine
-# without network access, in two steps:
+# without network access, in two steps and an optional one between them:
 #
 #   benches/python/reference_stack.sh fetch DIR [MAMBA_CHECKOUT]
 #       on a machine with network: the pure-Python wheels (torch-slices 0.3.3, fla-core and
@@ -8,11 +8,20 @@
 #       distribution into DIR/sdist, and mamba_ssm at the revision the reference pins into
 #       DIR/src (from MAMBA_CHECKOUT, a clone of github.com/state-spaces/mamba, else cloned).
 #
+#   CUDA_ARCH=90 benches/python/reference_stack.sh prebuild DIR
+#       on any x86-64 machine, no GPU needed, whose python3 has the GPU machine's Python minor
+#       version and PyTorch build (2.11.0+cu130 there) and whose nvcc is PyTorch's CUDA release:
+#       causal-conv1d compiled for sm_CUDA_ARCH, stripped and packed into DIR/prebuilt, so that
+#       `install` unpacks it instead of spending minutes of a GPU session compiling it. Its
+#       fatbinary is left uncompressed, which xz packs to about a fifth of nvcc's own packing.
+#
 #   benches/python/reference_stack.sh install DIR
 #       on the GPU machine (PyTorch, Triton 3.6 and nvcc already there): the wheels into
-#       DIR/site, causal-conv1d compiled there with nvcc for that GPU only (CUDA_ARCH=90 to
-#       choose; Mamba-2's fused path calls it) unless DIR/site already holds a build this
-#       PyTorch loads, and prints the PYTHONPATH that makes DIR/site and DIR/src importable.
+#       DIR/site, then causal-conv1d (Mamba-2's fused path calls it) for that GPU's
+#       architecture (CUDA_ARCH=90 to choose): a build in DIR/site this PyTorch loads is kept,
+#       else a DIR/prebuilt archive for the architecture that loads, else it is compiled there
+#       with nvcc for that architecture only; prints the PYTHONPATH that makes DIR/site and
+#       DIR/src importable.
 #
 # mamba_ssm is not installed, only put on the path: its CUDA extensions are for Mamba-1, and
 # reference_stack.py stands in for the kernels SISO and Mamba-2 training never call.
@@ -23,7 +32,7 @@ WHEELS=(torch-slices==0.3.3 fla-core==0.5.0 flash-linear-attention==0.5.0)
 CONV1D=causal_conv1d-1.6.1.tar.gz
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -42,8 +51,8 @@ fetch() {
   fi
   rm -rf "$dir/src/mamba_ssm"
   git -C "$checkout" archive "$MAMBA_REVISION" mamba_ssm | tar -x -C "$dir/src"
-  echo "fetched into $dir: $(ls "$dir/wheels" "$dir/sdist" | grep -c '\.')" \
-    "packages and mamba_ssm at ${MAMBA_REVISION:0:8}" >&2
+  local packages=("$dir"/wheels/*.whl "$dir"/sdist/*.tar.gz)
+  echo "fetched into $dir: ${#packages[@]} packages and mamba_ssm at ${MAMBA_REVISION:0:8}" >&2
 }
 
 # The compute capability to build for, as nvcc spells it (90 on an H100 or H200): CUDA_ARCH
@@ -87,18 +96,77 @@ PY
   rm -rf "$work"
 }
 
+# Whether the python3 on the path imports causal-conv1d's extension from SITE.
+conv1d_loads() {
+  PYTHONPATH=$1 python3 -c 'import torch, causal_conv1d_cuda as c; c.causal_conv1d_fwd' \
+    2>/dev/null
+}
+
+# The name a prebuilt archive has: the package, the architecture, PyTorch and Python.
+prebuilt_name() {
+  local arch=$1 tags
+  # PyTorch's local version (+cu130) with a dash: file names that travel stay plain.
+  tags=$(python3 -c 'import sys, torch
+print("torch%s-cp%d%d" % (torch.__version__.replace("+", "-"), *sys.version_info[:2]))')
+  echo "${CONV1D%.tar.gz}-sm$arch-$tags.tar.xz"
+}
+
+prebuild() {
+  local dir=$1 arch site torch_cuda nvcc_cuda archive
+  [ -f "$dir/sdist/$CONV1D" ] || { echo "error: $dir lacks what 'fetch' puts there" >&2; exit 1; }
+  [ -n "${CUDA_ARCH:-}" ] \
+    || { echo "error: set CUDA_ARCH (90 for an H100 or H200): no GPU is asked here" >&2; exit 1; }
+  command -v nvcc >/dev/null || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
+  torch_cuda=$(python3 -c 'import torch; print(torch.version.cuda or "none")')
+  nvcc_cuda=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+  [ "$torch_cuda" = "$nvcc_cuda" ] || {
+    echo "error: PyTorch is built for CUDA $torch_cuda, nvcc is CUDA $nvcc_cuda" >&2
+    exit 1
+  }
+  arch=$(cuda_arch)
+  site=$(mktemp -d)
+  NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--compress-mode=none" \
+    build_conv1d "$dir" "$site"
+  strip --strip-unneeded "$site"/causal_conv1d_cuda*.so
+  conv1d_loads "$site" || { echo "error: the build in $site does not import" >&2; exit 1; }
+  mkdir -p "$dir/prebuilt"
+  archive=$dir/prebuilt/$(prebuilt_name "$arch")
+  tar -C "$site" -cf - . | xz -9e -T0 >"$archive.part"
+  mv "$archive.part" "$archive"
+  rm -rf "$site"
+  echo "packed $(du -h "$archive" | cut -f1) into $archive" >&2
+}
+
+# Unpacks into SITE the prebuilt archive for this machine's architecture, PyTorch and Python,
+# if DIR has one; true if the extension then loads.
+unpack_prebuilt() {
+  local dir=$1 site=$2 archive
+  archive=$dir/prebuilt/$(prebuilt_name "$(cuda_arch)")
+  [ -f "$archive" ] || return 1
+  xz -dc "$archive" | tar -C "$site" -xf -
+  if conv1d_loads "$site"; then
+    echo "causal-conv1d: unpacked $archive" >&2
+  else
+    echo "causal-conv1d: $archive does not load here, compiling instead" >&2
+    return 1
+  fi
+}
+
 install() {
   local dir=$1 site
-  [ -d "$dir/wheels" ] && [ -f "$dir/sdist/$CONV1D" ] && [ -d "$dir/src/mamba_ssm" ] \
-    || { echo "error: $dir lacks what 'fetch' puts there" >&2; exit 1; }
+  if ! [ -d "$dir/wheels" ] || ! [ -f "$dir/sdist/$CONV1D" ] || ! [ -d "$dir/src/mamba_ssm" ]; then
+    echo "error: $dir lacks what 'fetch' puts there" >&2
+    exit 1
+  fi
   site=$(mkdir -p "$dir/site" && cd "$dir/site" && pwd)
   python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" \
     "$dir"/wheels/*.whl
   # A build brought along (DIR/site of an earlier install) is kept if this PyTorch loads it.
-  if PYTHONPATH=$site python3 -c 'import torch, causal_conv1d_cuda' 2>/dev/null; then
+  if conv1d_loads "$site"; then
     echo "causal-conv1d: the build in $site loads, kept" >&2
-  else
-    command -v nvcc >/dev/null || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
+  elif ! unpack_prebuilt "$dir" "$site"; then
+    command -v nvcc >/dev/null \
+      || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
     build_conv1d "$dir" "$site"
   fi
   echo "export PYTHONPATH=$site:$(cd "$dir/src" && pwd)\${PYTHONPATH:+:\$PYTHONPATH}"
@@ -106,6 +174,7 @@ install() {
 
 case "${1:-}" in
   fetch) [ $# -ge 2 ] || usage; fetch "$2" "${3:-}" ;;
+  prebuild) [ $# -eq 2 ] || usage; prebuild "$2" ;;
   install) [ $# -eq 2 ] || usage; install "$2" ;;
   *) usage ;;
 esac
