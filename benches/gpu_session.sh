@@ -11,7 +11,7 @@
 # minute more. In order, each step taking only what is left:
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
-#   2. cwm-cuda unpacked (once) and the reference stack installed;
+#   2. cwm-cuda unpacked (once; its SHA-256 in the summary) and the reference stack installed;
 #   3. round1: every family at d128 and d512, one round;
 #   4. profile: the transformer at d512 under cubecl's kernel profiler;
 #   5. fused-device: the cells of step 3 with cwm's loss fused on the device;
@@ -82,6 +82,8 @@ if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
   chmod +x "$CWM"
 fi
 [ -x "$CWM" ] || { say "error: no cwm binary at $CWM (nor $CWM.xz)"; exit 1; }
+# Which build the figures are of: docs/build-cuda-offline.sh's SHA256SUMS names the same hash.
+echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1)" >>"$SUMMARY"
 if [ "$DEVICE" != cpu ]; then
   started=$SECONDS
   if ! exports=$(benches/python/reference_stack.sh install "$STACK" 2>"$OUT/install.log"); then
