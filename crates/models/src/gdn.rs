@@ -361,8 +361,8 @@ pub fn delta_rule_sequential(inputs: &DeltaRuleInputs) -> Tensor<4> {
 /// for `s = 1` that is `I − A'`, then ⌈log₂ C⌉ − 1 levels of two matrix products. Each level's
 /// `T` is the inverse of diagonal blocks of `I + A`, so no intermediate outgrows the result
 /// (unlike the series `Σ (−A)ᵏ`, whose terms can exceed it by many orders of magnitude, e.g.
-/// with equal keys: see the test), and its rounding is that of forward substitution, which took `C − 1`
-/// dependent steps over the whole `[.., C, C]` tensor where this takes a few products.
+/// with equal keys: see the test). On the cases tried its f32 error was within twice that of
+/// forward substitution, which took `C − 1` dependent steps over the whole `[.., C, C]` tensor.
 fn unit_lower_inverse(a: Tensor<5>, chunk: usize) -> Tensor<5> {
     let device = a.device();
     let square = a.dims();
@@ -460,7 +460,6 @@ pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor
     let a = (k.clone().matmul(k.clone().swap_dims(3, 4)) * decay.clone() * beta.clone())
         .mask_fill(diagonal_and_above, 0.0);
     let t = unit_lower_inverse(a, chunk); // T = (I + A)⁻¹
-
     let gamma_exp = column(gamma.clone()).exp(); // [b, nc, h, C, 1]
     let u_tilde = t.clone().matmul(v * beta.clone()); // [b, nc, h, C, V]
     let w = t.matmul(k.clone() * (beta * gamma_exp.clone())); // [b, nc, h, C, K]
