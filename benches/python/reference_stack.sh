@@ -36,6 +36,11 @@ usage() {
   exit 2
 }
 
+die() {
+  echo "error: $*" >&2
+  exit 1
+}
+
 fetch() {
   local dir=$1 checkout=${2:-}
   mkdir -p "$dir/wheels" "$dir/sdist" "$dir/src"
@@ -43,7 +48,7 @@ fetch() {
   local url
   url=$(curl -fsSL https://pypi.org/simple/causal-conv1d/ \
     | grep -o "https://[^\"#]*/$CONV1D" | head -1)
-  [ -n "$url" ] || { echo "error: $CONV1D is not on PyPI's index" >&2; exit 1; }
+  [ -n "$url" ] || die "$CONV1D is not on PyPI's index"
   curl -fsSL -o "$dir/sdist/$CONV1D" "$url"
   if [ -z "$checkout" ]; then
     checkout="$dir/mamba.git"
@@ -70,7 +75,7 @@ cuda_arch() {
 build_conv1d() {
   local dir=$1 site=$2 arch work
   arch=$(cuda_arch)
-  [[ $arch =~ ^[0-9]{2,3}$ ]] || { echo "error: bad compute capability '$arch'" >&2; exit 1; }
+  [[ $arch =~ ^[0-9]{2,3}$ ]] || die "bad compute capability '$arch'"
   work=$(mktemp -d)
   tar -xzf "$dir/sdist/$CONV1D" -C "$work"
   python3 - "$work/${CONV1D%.tar.gz}/setup.py" "$arch" <<'PY'
@@ -91,7 +96,7 @@ PY
   # FORCE_BUILD: compile here instead of looking for a prebuilt wheel on GitHub.
   CAUSAL_CONV1D_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST="${arch%?}.${arch: -1}" \
     MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-    python3 -m pip install --quiet --no-index --no-deps --no-build-isolation \
+    python3 -m pip install --quiet --no-index --no-deps --no-build-isolation --upgrade \
     --target "$site" "$work/${CONV1D%.tar.gz}"
   rm -rf "$work"
 }
@@ -113,22 +118,19 @@ print("torch%s-cp%d%d" % (torch.__version__.replace("+", "-"), *sys.version_info
 
 prebuild() {
   local dir=$1 arch site torch_cuda nvcc_cuda archive
-  [ -f "$dir/sdist/$CONV1D" ] || { echo "error: $dir lacks what 'fetch' puts there" >&2; exit 1; }
-  [ -n "${CUDA_ARCH:-}" ] \
-    || { echo "error: set CUDA_ARCH (90 for an H100 or H200): no GPU is asked here" >&2; exit 1; }
-  command -v nvcc >/dev/null || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
+  [ -f "$dir/sdist/$CONV1D" ] || die "$dir lacks what 'fetch' puts there"
+  [ -n "${CUDA_ARCH:-}" ] || die "set CUDA_ARCH (90 for an H100 or H200): no GPU is asked here"
+  command -v nvcc >/dev/null || die "nvcc is needed to build causal-conv1d"
   torch_cuda=$(python3 -c 'import torch; print(torch.version.cuda or "none")')
   nvcc_cuda=$(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
-  [ "$torch_cuda" = "$nvcc_cuda" ] || {
-    echo "error: PyTorch is built for CUDA $torch_cuda, nvcc is CUDA $nvcc_cuda" >&2
-    exit 1
-  }
+  [ "$torch_cuda" = "$nvcc_cuda" ] \
+    || die "PyTorch is built for CUDA $torch_cuda, nvcc is CUDA $nvcc_cuda"
   arch=$(cuda_arch)
   site=$(mktemp -d)
   NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:+$NVCC_APPEND_FLAGS }--compress-mode=none" \
     build_conv1d "$dir" "$site"
   strip --strip-unneeded "$site"/causal_conv1d_cuda*.so
-  conv1d_loads "$site" || { echo "error: the build in $site does not import" >&2; exit 1; }
+  conv1d_loads "$site" || die "the build in $site does not import"
   mkdir -p "$dir/prebuilt"
   archive=$dir/prebuilt/$(prebuilt_name "$arch")
   tar -C "$site" -cf - . | xz -9e -T0 >"$archive.part"
@@ -154,10 +156,8 @@ unpack_prebuilt() {
 
 install() {
   local dir=$1 site
-  if ! [ -d "$dir/wheels" ] || ! [ -f "$dir/sdist/$CONV1D" ] || ! [ -d "$dir/src/mamba_ssm" ]; then
-    echo "error: $dir lacks what 'fetch' puts there" >&2
-    exit 1
-  fi
+  { [ -d "$dir/wheels" ] && [ -f "$dir/sdist/$CONV1D" ] && [ -d "$dir/src/mamba_ssm" ]; } \
+    || die "$dir lacks what 'fetch' puts there"
   site=$(mkdir -p "$dir/site" && cd "$dir/site" && pwd)
   python3 -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$site" \
     "$dir"/wheels/*.whl
@@ -165,8 +165,7 @@ install() {
   if conv1d_loads "$site"; then
     echo "causal-conv1d: the build in $site loads, kept" >&2
   elif ! unpack_prebuilt "$dir" "$site"; then
-    command -v nvcc >/dev/null \
-      || { echo "error: nvcc is needed to build causal-conv1d" >&2; exit 1; }
+    command -v nvcc >/dev/null || die "nvcc is needed to build causal-conv1d"
     build_conv1d "$dir" "$site"
   fi
   echo "export PYTHONPATH=$site:$(cd "$dir/src" && pwd)\${PYTHONPATH:+:\$PYTHONPATH}"
