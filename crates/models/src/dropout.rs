@@ -61,31 +61,49 @@ pub fn mask_values(seed: u64, len: usize, threshold: u64, scale: f32) -> Vec<f32
 /// # Shapes
 /// - `x`: any; output: the same
 pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    let device = x.device();
-    if !module.training.is_enabled() || !device.is_autodiff() || module.prob == 0.0 {
-        return x;
+    match dropout_mask(module, x.dims(), &x.device()) {
+        Some(mask) => x * mask,
+        None => x,
     }
+}
+
+/// The mask [`dropout`] multiplies a tensor of `shape` on `device` by (`1/keep` where an
+/// element is kept, else 0), or `None` where dropout is off (not training, no autodiff, or a
+/// probability of 0). On the `flex` CPU backend it is drawn by [`mask_values`]; elsewhere by
+/// the backend, as `burn::nn::Dropout` draws it.
+///
+/// # Shapes
+/// - output: `shape`
+pub fn dropout_mask<const D: usize>(
+    module: &Dropout,
+    shape: [usize; D],
+    device: &Device,
+) -> Option<Tensor<D>> {
+    if !module.training.is_enabled() || !device.is_autodiff() || module.prob == 0.0 {
+        return None;
+    }
+    let keep = 1.0 - module.prob;
     let _rng = rng_lock();
-    if device != Device::flex() {
-        return module.forward(x);
+    if *device != Device::flex() {
+        let kept = Tensor::<D>::random(shape, Distribution::Bernoulli(keep), device);
+        return Some(kept * (1.0 / keep));
     }
     // Three 30-bit draws from the backend's generator make the seed of this mask (30 bits: the
     // integer tensors may be i32, and the bound must be representable).
-    let seed = Tensor::<1, Int>::random([3], Distribution::Uniform(0.0, 1_073_741_824.0), &device)
+    let seed = Tensor::<1, Int>::random([3], Distribution::Uniform(0.0, 1_073_741_824.0), device)
         .into_data()
         .iter::<i64>()
         .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF));
-    masked(x, module.prob, seed)
+    Some(mask(shape, module.prob, seed, device))
 }
 
-/// `x · mask / keep` with the mask of [`mask_values`] for `seed`, `keep = 1 − prob`.
-fn masked<const D: usize>(x: Tensor<D>, prob: f64, seed: u64) -> Tensor<D> {
+/// The mask of [`mask_values`] for `seed`, `keep = 1 − prob`, as a tensor of `shape`.
+fn mask<const D: usize>(shape: [usize; D], prob: f64, seed: u64, device: &Device) -> Tensor<D> {
     let keep = 1.0 - prob;
-    let shape = x.shape();
     let threshold = (keep * 4_294_967_296.0) as u64;
-    let values = mask_values(seed, shape.num_elements(), threshold, (1.0 / keep) as f32);
-    let mask = Tensor::<D>::from_data(TensorData::new(values, shape), &x.device());
-    x * mask
+    let len = shape.iter().product();
+    let values = mask_values(seed, len, threshold, (1.0 / keep) as f32);
+    Tensor::<D>::from_data(TensorData::new(values, shape), device)
 }
 
 #[cfg(test)]
@@ -110,7 +128,7 @@ mod tests {
         let device = Device::flex().autodiff();
         let x = Tensor::<2>::ones([64, 64], &device);
         let draw = |seed: u64| {
-            masked(x.clone(), 0.25, seed)
+            (x.clone() * mask([64, 64], 0.25, seed, &device))
                 .into_data()
                 .try_to_vec::<f32>()
                 .unwrap()

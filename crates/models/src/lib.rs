@@ -28,6 +28,7 @@
 
 // `checkpoint` and `interop` stay public: other crates name their items by path
 // (`checkpoint::CONFIG_FILE`, `interop::export_checkpoint`, ...).
+mod attention;
 pub mod checkpoint;
 mod config;
 mod device;
@@ -69,12 +70,13 @@ pub use model::{Model, StateModel, params, params_of};
 pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.
+pub use attention::{causal_attention, causal_attention_train};
 pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
 pub use mamba::{Mamba2Mixer, Mamba3Inputs, Mamba3Mixer, Mixer, Pairing, rotate};
 pub use recurrent::{
     inverse_softplus, scalar_decay_chunked, scalar_decay_scan, scalar_decay_sequential,
 };
 pub use slice::SliceCell;
-pub use transformer::{apply_rope, causal_attention, rope_tables};
+pub use transformer::{RopeTables, apply_rope, rope_tables};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

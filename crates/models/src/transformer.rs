@@ -6,12 +6,11 @@
 
 use burn::nn::{Dropout, DropoutConfig, Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{silu, softmax};
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::activation::silu;
 
+use crate::attention::{causal_attention, causal_attention_train};
 use crate::config::{ModelConfig, Rope};
-use crate::dropout::dropout;
+use crate::dropout::{dropout, dropout_mask};
 use crate::error::ModelError;
 use crate::head::{
     EmbeddingInit, HeadInit, input_embedding, linear_columns, output_head, torch_linear,
@@ -133,10 +132,10 @@ impl StateModel for Transformer {
             let [_, d] = b.attn.out_proj.weight.dims();
             d / b.attn.n_heads
         });
-        let (cos, sin) = rope_tables(self.rope, seq, head_dim, &device);
+        let rope = rope_tables(self.rope, seq, head_dim, &device);
         let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device); // true above diagonal
         for (i, block) in self.blocks.iter().enumerate() {
-            x = tap.at(i + 1, block.forward(x, &cos, &sin, &causal));
+            x = tap.at(i + 1, block.forward(x, &rope, &causal));
         }
         tap.at(self.blocks.len() + 1, self.final_norm.forward(x))
     }
@@ -154,19 +153,13 @@ impl Block {
     /// One block.
     ///
     /// # Shapes
-    /// - `x`: `[batch, seq, d]`; `cos`, `sin`: `[seq, head_dim]`; `causal`: `[seq, seq]`, true
+    /// - `x`: `[batch, seq, d]`; the tables for `seq`; `causal`: `[seq, seq]`, true
     ///   where attention is forbidden
     /// - output: `[batch, seq, d]`
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        cos: &Tensor<2>,
-        sin: &Tensor<2>,
-        causal: &Tensor<2, Bool>,
-    ) -> Tensor<3> {
+    pub fn forward(&self, x: Tensor<3>, rope: &RopeTables, causal: &Tensor<2, Bool>) -> Tensor<3> {
         let attended = self
             .attn
-            .forward(self.norm1.forward(x.clone()), cos, sin, causal);
+            .forward(self.norm1.forward(x.clone()), rope, causal);
         let x = x + dropout(&self.dropout, attended);
         let mixed = self.mlp.forward(self.norm2.forward(x.clone()));
         x + dropout(&self.dropout, mixed)
@@ -177,15 +170,9 @@ impl Attention {
     /// Causal self-attention with RoPE on q and k.
     ///
     /// # Shapes
-    /// - `x`: `[batch, seq, d]`; `cos`, `sin`: `[seq, head_dim]`; `causal`: `[seq, seq]`
+    /// - `x`: `[batch, seq, d]`; the tables for `seq`; `causal`: `[seq, seq]`
     /// - output: `[batch, seq, d]`
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        cos: &Tensor<2>,
-        sin: &Tensor<2>,
-        causal: &Tensor<2, Bool>,
-    ) -> Tensor<3> {
+    pub fn forward(&self, x: Tensor<3>, rope: &RopeTables, causal: &Tensor<2, Bool>) -> Tensor<3> {
         let [batch, seq, d] = x.dims();
         let heads = self.n_heads;
         let head_dim = d / heads;
@@ -195,11 +182,11 @@ impl Attention {
                 .reshape([batch, seq, heads, head_dim])
                 .swap_dims(1, 2)
         }; // [batch, heads, seq, head_dim]
-        let q = apply_rope(split(0), cos, sin);
-        let k = apply_rope(split(1), cos, sin);
+        let q = apply_rope(split(0), rope);
+        let k = apply_rope(split(1), rope);
         let v = split(2);
         let out = if x.device().is_autodiff() {
-            self.attend_decomposed(q, k, v, causal)
+            self.attend_training(q, k, v, causal)
         } else {
             causal_attention(q, k, v)
         };
@@ -207,13 +194,13 @@ impl Attention {
             .forward(out.swap_dims(1, 2).reshape([batch, seq, d]))
     }
 
-    /// `softmax(q kᵀ / √head_dim + causal mask) v` from separate tensor operations, with
-    /// dropout on the probabilities: the training path, whose gradients autodiff derives.
+    /// `softmax(q kᵀ / √head_dim + causal mask) v` with dropout on the probabilities: the
+    /// training path, one differentiable operation ([`causal_attention_train`]).
     ///
     /// # Shapes
     /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`
     /// - output: `[batch, heads, seq, head_dim]`
-    fn attend_decomposed(
+    fn attend_training(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
@@ -221,35 +208,10 @@ impl Attention {
         causal: &Tensor<2, Bool>,
     ) -> Tensor<4> {
         let [batch, heads, seq, head_dim] = q.dims();
-        let scores = q.matmul(k.swap_dims(2, 3)) / (head_dim as f64).sqrt(); // [batch, heads, seq, seq]
-        let mask = causal
-            .clone()
-            .reshape([1, 1, seq, seq])
-            .expand([batch, heads, seq, seq]);
-        let probs = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3);
-        dropout(&self.attn_dropout, probs).matmul(v)
+        let keep = dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &q.device());
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        causal_attention_train(q, k, v, causal, keep, scale)
     }
-}
-
-/// Causal scaled dot-product attention (scale `1/√head_dim`) as one backend operation: burn's
-/// fused attention. It has no dropout, and burn's autodiff does not differentiate it as one
-/// operation (it falls back to separate ones there), so the model takes it on devices without
-/// autodiff only: evaluation, validation and every stage that reads hidden states. The CPU
-/// backend computes it per head, with the whole score matrix or tiles of it in cache; CUDA
-/// with a flash-attention kernel (autotuned against separate kernels). Its results equal
-/// `Attention::attend_decomposed`'s without dropout up to the summation order (the test
-/// `fused_attention_equals_the_decomposed_one`).
-///
-/// # Shapes
-/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`
-/// - output: `[batch, heads, seq, head_dim]`
-pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
-    let options = AttentionModuleOptions {
-        scale: None,
-        softcap: None,
-        is_causal: true,
-    };
-    attention(q, k, v, None, None, options)
 }
 
 impl SwiGlu {
@@ -266,21 +228,25 @@ impl SwiGlu {
     }
 }
 
-/// The cos and sin tables of the RoPE variant, built in f32 like the reference's.
+/// The tables RoPE multiplies by, built once per forward pass and shared by every layer.
+#[derive(Clone, Debug)]
+pub struct RopeTables {
+    /// `cos` of each coordinate's angle at each position, `[1, 1, seq, head_dim]`.
+    cos: Tensor<4>,
+    /// `sin` of the same angles, `[1, 1, seq, head_dim]`.
+    sin: Tensor<4>,
+    /// The signed permutation that gives each coordinate's partner, `[1, 1, head_dim,
+    /// head_dim]` (see [`apply_rope`]).
+    partner: Tensor<4>,
+}
+
+/// The tables of the RoPE variant, built in f32 like the reference's.
 ///
 /// Frequencies `f_k = 10000^(−2k/head_dim)`, `k < head_dim/2`. Coordinate `i` at position `t`
 /// turns by `t·f_{i mod head_dim/2}` ([`Rope::Reference`], the reference's tables laid out for
 /// the half-split convention) or by `t·f_{⌊i/2⌋}` ([`Rope::Standard`], so both coordinates of
 /// an interleaved pair share a frequency and the map is a rotation).
-///
-/// # Shapes
-/// - output: two `[seq, head_dim]` tensors
-pub fn rope_tables(
-    rope: Rope,
-    seq: usize,
-    head_dim: usize,
-    device: &Device,
-) -> (Tensor<2>, Tensor<2>) {
+pub fn rope_tables(rope: Rope, seq: usize, head_dim: usize, device: &Device) -> RopeTables {
     let half = head_dim / 2;
     let inv_freq: Vec<f32> = (0..half)
         .map(|k| 1.0 / ROPE_BASE.powf((2 * k) as f32 / head_dim as f32))
@@ -298,9 +264,21 @@ pub fn rope_tables(
             sin.push(angle.sin());
         }
     }
-    let table =
-        |values: Vec<f32>| Tensor::<2>::from_data(TensorData::new(values, [seq, head_dim]), device);
-    (table(cos), table(sin))
+    let mut partner = vec![0f32; head_dim * head_dim];
+    for j in 0..half {
+        let (even, odd) = (2 * j, 2 * j + 1);
+        // rotated[even] = −x[odd]; rotated[odd] = x[even]; (row = input, column = output)
+        partner[odd * head_dim + even] = -1.0;
+        partner[even * head_dim + odd] = 1.0;
+    }
+    let table = |values: Vec<f32>, rows: usize| {
+        Tensor::<4>::from_data(TensorData::new(values, [1, 1, rows, head_dim]), device)
+    };
+    RopeTables {
+        cos: table(cos, seq),
+        sin: table(sin, seq),
+        partner: table(partner, head_dim),
+    }
 }
 
 /// RoPE with the interleaved partner: `out[2j] = x[2j]·cos − x[2j+1]·sin`,
@@ -312,22 +290,9 @@ pub fn rope_tables(
 /// product is exactly `±x` (the other terms are `0·x`), so the result is the same to the bit.
 ///
 /// # Shapes
-/// - `x`: `[batch, heads, seq, head_dim]`; `cos`, `sin`: `[seq, head_dim]`
+/// - `x`: `[batch, heads, seq, head_dim]`, with the tables' `seq` and `head_dim`
 /// - output: `[batch, heads, seq, head_dim]`
-pub fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<4> {
-    let [_, _, seq, head_dim] = x.dims();
-    let mut partner = vec![0f32; head_dim * head_dim];
-    for j in 0..head_dim / 2 {
-        let (even, odd) = (2 * j, 2 * j + 1);
-        // rotated[even] = −x[odd]; rotated[odd] = x[even]; (row = input, column = output)
-        partner[odd * head_dim + even] = -1.0;
-        partner[even * head_dim + odd] = 1.0;
-    }
-    let partner =
-        Tensor::<2>::from_data(TensorData::new(partner, [head_dim, head_dim]), &x.device())
-            .reshape([1, 1, head_dim, head_dim]);
-    let rotated = x.clone().matmul(partner);
-    let cos: Tensor<4> = cos.clone().reshape([1, 1, seq, head_dim]);
-    let sin: Tensor<4> = sin.clone().reshape([1, 1, seq, head_dim]);
-    x * cos + rotated * sin
+pub fn apply_rope(x: Tensor<4>, tables: &RopeTables) -> Tensor<4> {
+    let rotated = x.clone().matmul(tables.partner.clone());
+    x * tables.cos.clone() + rotated * tables.sin.clone()
 }

@@ -89,8 +89,8 @@ fn reference_rope_follows_spec_b1() {
         &device,
     );
     let values = x.clone().into_data().try_to_vec::<f32>().unwrap();
-    let (cos, sin) = rope_tables(Rope::Reference, seq, head_dim, &device);
-    let out = apply_rope(x.clone(), &cos, &sin)
+    let tables = rope_tables(Rope::Reference, seq, head_dim, &device);
+    let out = apply_rope(x.clone(), &tables)
         .into_data()
         .try_to_vec::<f32>()
         .unwrap();
@@ -121,13 +121,13 @@ fn reference_rope_follows_spec_b1() {
     unit[head_dim + 2] = 1.0;
     let unit = Tensor::<4>::from_data(TensorData::new(unit, [1, 1, seq, head_dim]), &device);
     let norm = |t: Tensor<4>| -> f32 { t.square().sum().into_scalar() };
-    let (cos_s, sin_s) = rope_tables(Rope::Standard, seq, head_dim, &device);
-    let standard = norm(apply_rope(unit.clone(), &cos_s, &sin_s));
+    let standard_tables = rope_tables(Rope::Standard, seq, head_dim, &device);
+    let standard = norm(apply_rope(unit.clone(), &standard_tables));
     assert!(
         (standard - 1.0).abs() < 1e-5,
         "standard RoPE norm {standard}"
     );
-    let reference = norm(apply_rope(unit, &cos, &sin)) as f64;
+    let reference = norm(apply_rope(unit, &tables)) as f64;
     let want = freq(2).cos().powi(2) + freq(3).sin().powi(2);
     assert!(
         (reference - want).abs() < 1e-5,
