@@ -82,7 +82,7 @@ if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
   chmod +x "$CWM"
 fi
 [ -x "$CWM" ] || { say "error: no cwm binary at $CWM (nor $CWM.xz)"; exit 1; }
-# Which build the figures are of: docs/build-cuda-offline.sh's SHA256SUMS names the same hash.
+# Which build the figures are of: docs/build-cuda-offline.sh's cwm-cuda.sha256 names the same hash.
 echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1)" >>"$SUMMARY"
 if [ "$DEVICE" != cpu ]; then
   started=$SECONDS

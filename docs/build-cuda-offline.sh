@@ -11,8 +11,10 @@
 # network access to deb.debian.org and crates.io (or a filled cargo cache).
 #
 #   docs/build-cuda-offline.sh            # -> target/cuda/release/cwm, a stripped copy and .xz
+#   FEATURES=cube-cpu docs/build-cuda-offline.sh   # cubecl on the CPU instead (same LLVM)
 #
-# Knobs (environment): CWM_CUDA_WORK (scratch, default target/cuda-offline),
+# Knobs (environment): FEATURES (cargo features, default `cuda`; the stripped copy is named
+# `cwm-<features>`, e.g. `cwm-cube-cpu`), CWM_CUDA_WORK (scratch, default target/cuda-offline),
 # CWM_CUDA_TARGET_DIR (cargo target dir, default target/cuda), JOBS, NICE, FORCE=1 (redo the
 # downloads and the LLVM folder), SKIP_CARGO=1 (prepare LLVM only), WITH_LIBDEVICE=1 (also
 # fetch libdevice.10.bc from PyPI for GPU machines that have the driver but no CUDA toolkit),
@@ -33,6 +35,8 @@ TARGET_DIR=${CWM_CUDA_TARGET_DIR:-$REPO/target/cuda}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LLVM_VER=23.1.4-2
 NICE=${NICE:-0}
+FEATURES=${FEATURES:-cuda}
+NAME=cwm-${FEATURES//,/-}
 JOBS=${JOBS:-$(nproc)}
 PREFIX_NAME=tracel-llvm-23.1.0-4
 DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}
@@ -171,7 +175,7 @@ log "cargo build (target dir $TARGET_DIR)"
 cd "$REPO"
 start=$(date +%s)
 CARGO_TARGET_DIR=$TARGET_DIR nice -n "$NICE" \
-  cargo build --release --locked --features cuda --bin cwm -j "$JOBS"
+  cargo build --release --locked --features "$FEATURES" --bin cwm -j "$JOBS"
 end=$(date +%s)
 echo "cargo build took $((end - start)) s"
 
@@ -183,11 +187,11 @@ head -5 "$HERE/kinds.txt"; echo "... ($(wc -l < "$HERE/kinds.txt") lines)"
 
 # ------------------------------------------------------ 4. strip + compress
 log "strip + xz"
-strip -o "$HERE/cwm-cuda" "$BIN"
-rm -f "$HERE/cwm-cuda.xz"
-xz -T2 -6 -k "$HERE/cwm-cuda"
-ls -l "$BIN" "$HERE/cwm-cuda" "$HERE/cwm-cuda.xz"
-sha256sum "$HERE/cwm-cuda" "$HERE/cwm-cuda.xz" | tee "$HERE/SHA256SUMS"
+strip -o "$HERE/$NAME" "$BIN"
+rm -f "$HERE/$NAME.xz"
+xz -T2 -6 -k "$HERE/$NAME"
+ls -l "$BIN" "$HERE/$NAME" "$HERE/$NAME.xz"
+sha256sum "$HERE/$NAME" "$HERE/$NAME.xz" | tee "$HERE/$NAME.sha256"
 
 # ------------------------------------------- 5. libdevice (runtime, optional)
 # cubecl-cuda's default (LLVM/NVPTX) backend links kernels that call sin/exp/
@@ -211,10 +215,10 @@ if [[ -n ${WITH_LIBDEVICE:-} ]]; then
   ls -l "$LD_DIR/libdevice.10.bc"
 fi
 
-log "runtime requirements of $HERE/cwm-cuda"
-ldd "$HERE/cwm-cuda" || true
-objdump -p "$HERE/cwm-cuda" | grep NEEDED
+log "runtime requirements of $HERE/$NAME"
+ldd "$HERE/$NAME" || true
+objdump -p "$HERE/$NAME" | grep NEEDED
 echo "max versions:"
-objdump -T "$HERE/cwm-cuda" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
-objdump -T "$HERE/cwm-cuda" | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1 || true
-objdump -T "$HERE/cwm-cuda" | grep -o 'CXXABI_[0-9.]*' | sort -uV | tail -1 || true
+objdump -T "$HERE/$NAME" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
+objdump -T "$HERE/$NAME" | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1 || true
+objdump -T "$HERE/$NAME" | grep -o 'CXXABI_[0-9.]*' | sort -uV | tail -1 || true

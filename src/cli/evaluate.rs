@@ -36,7 +36,8 @@ pub struct EvaluateArgs {
     /// Keep the first N tokens of each game, START included (0 = full games).
     #[arg(long, default_value_t = 0)]
     max_steps: usize,
-    /// Device the model runs on: cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
+    /// Device the model runs on: cpu, cuda or cuda:N (cuda needs a build with `--features cuda`),
+    /// or cube-cpu (a build with `--features cube-cpu`: docs/gpu.md).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Also write each label's p(target) and p(argmax) into predictions.parquet.

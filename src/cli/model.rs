@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// Size: d128, d256, d384, d512.
     #[arg(long, default_value = "d128")]
     size: Size,
-    /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`).
+    /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`), or cube-cpu (burn's GPU
+    /// backend on the CPU, a build with `--features cube-cpu`: docs/gpu.md).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Sequences per batch.

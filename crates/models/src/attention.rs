@@ -17,7 +17,7 @@
 //! backward pass.
 //!
 //! The forward pass runs through a backend extension ([`AttentionOps`]): each backend
-//! (`flex` on the CPU, cubecl's with fusion on CUDA) computes it from its own operations, and
+//! (`flex` on the CPU, cubecl's with fusion on CUDA and on `cube-cpu`) computes it from its own operations, and
 //! burn's autodiff decorator records it as one node with the backward pass above.
 
 use burn::backend::autodiff::{
@@ -128,7 +128,7 @@ fn dropped<B: Backend>(probs: FloatTensor<B>, keep: &Keep<B>) -> FloatTensor<B> 
 /// Training attention as a backend operation (see the module docs). Each backend's forward
 /// pass is the default body, from its own tensor operations; the autodiff decorator's adds the
 /// backward pass.
-#[backend_extension(Flex, Cube: cfg(feature = "cuda"), Autodiff)]
+#[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
 pub trait AttentionOps: Backend {
     /// `(softmax(q kᵀ · scale, causal) ∘ keep) v`, with `causal` already broadcast to the
     /// scores' shape.
@@ -147,7 +147,7 @@ pub trait AttentionOps: Backend {
 
 impl AttentionOps for burn::backend::Flex {}
 
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 impl AttentionOps for burn::backend::Cube {}
 
 /// What the backward pass keeps: the inputs, the probabilities and the dropout mask.

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `cpu` (also `flex`) | burn's pure-Rust CPU backend | always |
 //! | `cuda`, `cuda:N` | burn's CUDA backend, GPU `N` (default 0) | cargo feature `cuda` |
+//! | `cube-cpu` | burn's cubecl backend on the host's CPU: CUDA's code path without a GPU | cargo feature `cube-cpu` |
 //!
 //! Stages take the name as their `device` param, so a pipeline says where it trains. In a
 //! `cuda` build, `cuda` on a machine without the NVIDIA driver's library is refused with an
@@ -17,7 +18,7 @@ use crate::error::ModelError;
 ///
 /// # Errors
 /// [`ModelError::InvalidConfig`] (field `device`) for an unknown name, a bad GPU index, or
-/// `cuda` in a build without the `cuda` feature.
+/// `cuda` (`cube-cpu`) in a build without the `cuda` (`cube-cpu`) feature.
 pub fn device_by_name(name: &str) -> Result<Device, ModelError> {
     let invalid = |reason: String| ModelError::InvalidConfig {
         field: "device",
@@ -25,6 +26,7 @@ pub fn device_by_name(name: &str) -> Result<Device, ModelError> {
     };
     match name {
         "cpu" | "flex" => Ok(Device::flex()),
+        "cube-cpu" => cube_cpu().map_err(invalid),
         _ => {
             let index = match name.strip_prefix("cuda") {
                 Some("") => 0,
@@ -34,7 +36,7 @@ pub fn device_by_name(name: &str) -> Result<Device, ModelError> {
                     .ok_or_else(|| invalid(format!("{name:?} is not cuda or cuda:N")))?,
                 None => {
                     return Err(invalid(format!(
-                        "unknown device {name:?} (expected cpu, cuda or cuda:N)"
+                        "unknown device {name:?} (expected cpu, cuda, cuda:N or cube-cpu)"
                     )));
                 }
             };
@@ -127,6 +129,20 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
     ))
 }
 
+#[cfg(feature = "cube-cpu")]
+fn cube_cpu() -> Result<Device, String> {
+    Ok(Device::cpu())
+}
+
+#[cfg(not(feature = "cube-cpu"))]
+fn cube_cpu() -> Result<Device, String> {
+    Err(
+        "\"cube-cpu\": this build of cwm has no cubecl CPU backend; rebuild it with \
+         `--features cube-cpu` (see docs/gpu.md)"
+            .to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +177,10 @@ mod tests {
         if !cfg!(feature = "cuda") {
             let err = device_by_name("cuda:1").unwrap_err().to_string();
             assert!(err.contains("--features cuda"), "{err}");
+        }
+        if !cfg!(feature = "cube-cpu") {
+            let err = device_by_name("cube-cpu").unwrap_err().to_string();
+            assert!(err.contains("--features cube-cpu"), "{err}");
         }
     }
 }
