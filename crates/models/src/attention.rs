@@ -90,22 +90,25 @@ pub fn causal_attention_train(
     ))
 }
 
-/// The attention probabilities `softmax(q kᵀ · scale)` with `causal`'s positions at 0.
+/// The forward pass: the attention probabilities `softmax(q kᵀ · scale)` with `causal`'s
+/// positions at 0 (what the backward pass keeps), and the output `(probs ∘ keep) v`.
 ///
 /// # Shapes
-/// - `q`, `k`: `[batch, heads, seq, head_dim]`; `causal`: `[batch, heads, seq, seq]`
-/// - output: `[batch, heads, seq, seq]`
-fn probabilities<B: Backend>(
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
+/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[batch, heads, seq, seq]`
+/// - output: `[batch, heads, seq, seq]` and `[batch, heads, seq, head_dim]`
+fn forward<B: Backend>(
+    [q, k, v]: [FloatTensor<B>; 3],
     causal: BoolTensor<B>,
+    keep: &Keep<B>,
     scale: f64,
-) -> FloatTensor<B> {
+) -> (FloatTensor<B>, FloatTensor<B>) {
     let scores = B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), scale.into());
-    B::softmax(
+    let probs = B::softmax(
         B::float_mask_fill(scores, causal, f32::NEG_INFINITY.into()),
         3,
-    )
+    );
+    let out = B::float_matmul(dropped::<B>(probs.clone(), keep), v);
+    (probs, out)
 }
 
 /// Which attention probabilities dropout keeps.
@@ -140,8 +143,7 @@ pub trait AttentionOps: Backend {
         #[extension_type] keep: Keep<Self>,
         scale: f64,
     ) -> FloatTensor<Self> {
-        let probs = probabilities::<Self>(q, k, causal, scale);
-        Self::float_matmul(dropped::<Self>(probs, &keep), v)
+        forward::<Self>([q, k, v], causal, &keep, scale).1
     }
 }
 
@@ -225,8 +227,8 @@ impl<B: Backend + AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff
         {
             OpsKind::Tracked(prep) => {
                 let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
-                let probs = probabilities::<B>(q.clone(), k.clone(), causal, scale);
-                let out = B::float_matmul(dropped::<B>(probs.clone(), &keep), v.clone());
+                let inputs = [q.clone(), k.clone(), v.clone()];
+                let (probs, out) = forward::<B>(inputs, causal, &keep, scale);
                 let saved = Saved {
                     q,
                     k,

@@ -94,12 +94,11 @@ pub fn dropout_mask<const D: usize>(
         .into_data()
         .iter::<i64>()
         .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF));
-    Some(mask(shape, module.prob, seed, device))
+    Some(mask(shape, keep, seed, device))
 }
 
-/// The mask of [`mask_values`] for `seed`, `keep = 1 − prob`, as a tensor of `shape`.
-fn mask<const D: usize>(shape: [usize; D], prob: f64, seed: u64, device: &Device) -> Tensor<D> {
-    let keep = 1.0 - prob;
+/// The mask of [`mask_values`] for `seed` and the probability `keep`, as a tensor of `shape`.
+fn mask<const D: usize>(shape: [usize; D], keep: f64, seed: u64, device: &Device) -> Tensor<D> {
     let threshold = (keep * 4_294_967_296.0) as u64;
     let len = shape.iter().product();
     let values = mask_values(seed, len, threshold, (1.0 / keep) as f32);
@@ -128,7 +127,7 @@ mod tests {
         let device = Device::flex().autodiff();
         let x = Tensor::<2>::ones([64, 64], &device);
         let draw = |seed: u64| {
-            (x.clone() * mask([64, 64], 0.25, seed, &device))
+            (x.clone() * mask([64, 64], 0.75, seed, &device))
                 .into_data()
                 .try_to_vec::<f32>()
                 .unwrap()
