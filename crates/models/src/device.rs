@@ -8,7 +8,9 @@
 //!
 //! Stages take the name as their `device` param, so a pipeline says where it trains. In a
 //! `cuda` build, `cuda` on a machine without the NVIDIA driver's library is refused with an
-//! error saying so (burn's backend would panic on its device thread).
+//! error saying so (burn's backend would panic on its device thread). The cubecl devices
+//! (`cuda`, `cube-cpu`) keep compiled kernels and autotuning results on disk as
+//! [`crate::kernel_cache`] says (`CWM_KERNEL_CACHE`).
 
 use burn::prelude::*;
 
@@ -58,6 +60,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
             DRIVER_DIRS.join(", ")
         ));
     }
+    crate::kernel_cache::configure_cubecl();
     Ok(Device::cuda(index))
 }
 
@@ -131,6 +134,7 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 
 #[cfg(feature = "cube-cpu")]
 fn cube_cpu() -> Result<Device, String> {
+    crate::kernel_cache::configure_cubecl();
     Ok(Device::cpu())
 }
 

@@ -40,6 +40,7 @@ mod gdn;
 mod head;
 pub mod hidden;
 pub mod interop;
+pub mod kernel_cache;
 mod loss;
 mod mamba;
 mod metrics;
