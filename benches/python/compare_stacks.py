@@ -23,7 +23,9 @@ error's last line, the other cells go on, and the exit status is 1.
 ``--cwm-args`` times a variant of cwm's step (``"--loss fused-device"``, ``"--chunk-size
 32"``): the arguments go to every ``cwm model bench`` and into the cwm side's record, so a run
 with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
-reuses PyTorch's. The table's last column names the loss kernel cwm ran.
+reuses PyTorch's. The column before the last names the loss kernel cwm ran; the last gives
+the time of cwm's first warm-up step (median over rounds), which on a GPU holds the compilation
+and autotuning of the step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had.
 
 For a machine lent for a limited time, two more options make the comparison a series of calls
 that each end in time and pick up where the last one stopped:
@@ -220,9 +222,11 @@ def row(arch, size, figures):
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
     )
+    firsts = [f["warmup_s"][0] for f in figures["cwm"] if f.get("warmup_s")]
+    first = f"{statistics.median(firsts):.1f}" if firsts else ""
     return (
         f"| {arch} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}× | "
-        f"{mib(cwm_memory)} | {torch_memory} | {notes} |"
+        f"{mib(cwm_memory)} | {torch_memory} | {notes} | {first} |"
     )
 
 
@@ -237,8 +241,8 @@ def header(args):
         [
             title,
             "",
-            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision and loss, PyTorch's step |",
-            "|---|---|---:|---:|---:|---:|---:|---|",
+            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision and loss, PyTorch's step | cwm's first step s |",
+            "|---|---|---:|---:|---:|---:|---:|---|---:|",
         ]
     )
 
@@ -286,11 +290,11 @@ def main():
                 lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
             except OutOfBudget:
                 not_run += 1
-                lines.append(f"| {arch} | {size} | not run: the time budget ran out |  |  |  |  |  |")
+                lines.append(f"| {arch} | {size} | not run: the time budget ran out |  |  |  |  |  |  |")
             except (RuntimeError, ValueError, KeyError) as error:
                 failed += 1
                 print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
-                lines.append(f"| {arch} | {size} | failed: {error} |  |  |  |  |  |")
+                lines.append(f"| {arch} | {size} | failed: {error} |  |  |  |  |  |  |")
     if sink is not None:
         sink.close()
     if not_run:

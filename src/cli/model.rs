@@ -187,6 +187,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
+            "warmup_s": figures.warmup_s,
             "last_loss": figures.last_loss,
             "peak_reserved_bytes": figures.peak_reserved_bytes,
         });
@@ -201,9 +202,12 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
                 bytes as f64 / 1_048_576.0
             )
         });
+        let first = figures.warmup_s.first().map_or(String::new(), |s| {
+            format!("; the first warm-up step took {s:.1} s")
+        });
         outln!(
             "{arch} {size} on {device} in {}, {} loss: {:.0} tokens/s ({:.4} s per step of {} \
-             x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory})",
+             x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{first})",
             figures.precision,
             figures.loss,
             figures.tokens_per_s,

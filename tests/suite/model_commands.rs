@@ -114,7 +114,8 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     }
     let ws = Workspace::new("compare-stacks");
     let json_out = ws.dir.join("figures.jsonl");
-    let (code, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &[]);
+    // One warm-up step, for the column of cwm's first one.
+    let (code, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &["--warmup", "1"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json_out)
         .unwrap()
@@ -146,6 +147,18 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     assert_eq!(
         cells[3].replace(',', ""),
         format!("{:.0}", median("cwm")),
+        "{cells:?}"
+    );
+    // The last column: cwm's first warm-up step, the median over its two processes (blank
+    // without warm-up steps, as in the tests below).
+    let firsts: Vec<f64> = lines
+        .iter()
+        .filter(|l| l["side"] == "cwm")
+        .map(|l| l["warmup_s"][0].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        cells[9],
+        format!("{:.1}", (firsts[0] + firsts[1]) / 2.0),
         "{cells:?}"
     );
 }

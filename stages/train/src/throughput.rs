@@ -76,6 +76,9 @@ pub struct Throughput {
     pub median_step_s: f64,
     /// Every timed step, in order.
     pub step_s: Vec<f64>,
+    /// Every warm-up step, in order: on a cubecl device the first ones hold the compilation
+    /// and autotuning of the step's kernels (less what the kernel cache already had).
+    pub warmup_s: Vec<f64>,
     /// The loss of the last step (a sanity figure: about 2.3 at initialisation).
     pub last_loss: f64,
     /// Steps per chunk of the recurrent family's chunked scan on this device; `None` for the
@@ -145,6 +148,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
     );
     let mut optim = AdamW::new(AdamWConfig::new(0.95, 0.01, 1.0));
     let mut step_s = Vec::with_capacity(options.steps);
+    let mut warmup_s = Vec::with_capacity(options.warmup);
     let mut last_loss = f64::NAN;
     let mut peak_reserved_bytes = None;
     for step in 0..options.warmup + options.steps {
@@ -175,6 +179,8 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         let seconds = start.elapsed().as_secs_f64();
         if step >= options.warmup {
             step_s.push(seconds);
+        } else {
+            warmup_s.push(seconds);
         }
         let reserved = device.memory_pool_usage().map(|usage| usage.bytes_reserved);
         peak_reserved_bytes = peak_reserved_bytes.max(reserved);
@@ -186,6 +192,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         tokens_per_s: (batch * seq) as f64 / median_step_s,
         median_step_s,
         step_s,
+        warmup_s,
         last_loss,
         chunk_size: (options.model.family != Family::Transformer)
             .then(|| options.model.chunk_size_on(&device)),
@@ -208,6 +215,8 @@ mod tests {
         let figures = measure(&options).unwrap();
         assert_eq!(figures.step_s.len(), 3);
         assert!(figures.step_s.iter().all(|&s| s > 0.0));
+        assert_eq!(figures.warmup_s.len(), 1);
+        assert!(figures.warmup_s[0] > 0.0);
         let expected = 32.0 / figures.median_step_s;
         assert!((figures.tokens_per_s - expected).abs() < 1e-9 * expected);
         // Near ln of the class counts averaged over the labels at initialisation.
