@@ -11,26 +11,36 @@
 # minute more. In order, each step taking only what is left:
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
-#   2. cwm-cuda unpacked (once; its SHA-256 in the summary) and the reference stack installed;
-#   3. round1: every family at d128 and d512, one round;
-#   4. profile: the transformer at d512 under cubecl's kernel profiler;
-#   5. fused-device: the cells of step 3 with cwm's loss fused on the device;
-#   6. round2: a second round of step 3 (the table docs/gpu.md carries);
-#   7. all-sizes: d256 and d384 too.
+#   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
+#      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
+#   3. transformer: the transformer's cells of step 5 (when FAMILIES has it), so that
+#   4. profile: the transformer at d512 under cubecl's kernel profiler, finds its kernels
+#      compiled and tuned in the kernel cache;
+#   5. round1: every family at d128 and d512, one round;
+#   6. fused-device: the cells of step 5 with cwm's loss fused on the device;
+#   7. round2: a second round of step 5 (the table docs/gpu.md carries);
+#   8. all-sizes: d256 and d384 too.
 #
-# Seven files go to $OUT (the folder a lent machine sends back; target/gpu-session without
-# one), few enough for such a folder: summary.txt (the machine, then each step: what ran and
-# what the time cut), tables.md (each step's table under its name), compare.log (each step's
-# progress, every process's wall time), compare-stacks.jsonl (every process's line),
-# install.log, profile.log (cubecl's kernel table) and profile-run.txt (that run's own output).
-# The JSON lines are kept in $STATE too, so the same command on the still-warm machine goes on
-# where the last call stopped.
+# A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
+# an H200 without a cache); with CWM_KERNEL_CACHE pointing at $KERNEL_CACHE, later processes
+# reuse what earlier ones did, and the folder, packed after each step as
+# $OUT/kernel-cache.tar.xz, can be brought back and carried to the next call as KERNEL_CACHE_IN.
+#
+# Eight files at most go to $OUT (the folder a lent machine sends back; target/gpu-session
+# without one), few enough for such a folder: summary.txt (the machine, then each step: what
+# ran and what the time cut), tables.md (each step's table under its name), compare.log (each
+# step's progress, every process's wall time), compare-stacks.jsonl (every process's line),
+# install.log, profile.log.xz (cubecl's kernel table), profile-run.txt (that run's own output)
+# and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
+# still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
+# the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6),
 # MORE_SIZES (d256,d384: step 7; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
-# (target/gpu-session-state).
+# (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
+# (target/kernel-cache.tar.xz: unpacked into KERNEL_CACHE when that folder is missing).
 set -euo pipefail
 
 usage() {
@@ -54,6 +64,8 @@ CWM=${CWM:-target/cuda-offline/cwm-cuda}
 STACK=${STACK:-target/reference-stack}
 OUT=${OUT:-target/gpu-session}
 STATE=${STATE:-target/gpu-session-state}
+KERNEL_CACHE=${KERNEL_CACHE:-target/kernel-cache}
+KERNEL_CACHE_IN=${KERNEL_CACHE_IN:-target/kernel-cache.tar.xz}
 mkdir -p "$OUT" "$STATE"
 JSONL=$STATE/compare-stacks.jsonl
 SUMMARY=$OUT/summary.txt
@@ -92,17 +104,38 @@ if [ "$DEVICE" != cpu ]; then
   fi
   eval "$exports"
   say "reference stack installed in $((SECONDS - started)) s"
+  if [ ! -d "$KERNEL_CACHE" ] && [ -f "$KERNEL_CACHE_IN" ]; then
+    mkdir -p "$KERNEL_CACHE"
+    if tar -xJf "$KERNEL_CACHE_IN" -C "$KERNEL_CACHE"; then
+      echo "kernel cache unpacked from $KERNEL_CACHE_IN: $(du -sh "$KERNEL_CACHE" | cut -f1)" \
+        >>"$SUMMARY"
+    else
+      echo "kernel cache: $KERNEL_CACHE_IN did not unpack; starting without" >>"$SUMMARY"
+    fi
+  fi
+  mkdir -p "$KERNEL_CACHE"
+  export CWM_KERNEL_CACHE=$PWD/$KERNEL_CACHE
 fi
 # Triton 3.6 keeps autotuning results on disk with this set, so the reference stack's later
 # processes reuse the first ones' instead of tuning again in their warm-up steps: wall time
 # saved, no figure changed.
 export TRITON_CACHE_AUTOTUNING=1
 
-# Runs compare_stacks.py as step NAME within what is left, less a margin for the steps after;
-# its table goes under "## NAME" in tables.md, its progress likewise in compare.log.
+# The kernel cache as one file for $OUT (nothing while it is empty: cwm's CPU backend keeps
+# none).
+pack_kernel_cache() {
+  if [ -n "${CWM_KERNEL_CACHE:-}" ] && [ -n "$(ls -A "$KERNEL_CACHE" 2>/dev/null)" ]; then
+    tar -C "$KERNEL_CACHE" -cf - . | xz -T0 -3 >"$OUT/kernel-cache.tar.xz.part" &&
+      mv "$OUT/kernel-cache.tar.xz.part" "$OUT/kernel-cache.tar.xz"
+  fi
+}
+
+# Runs compare_stacks.py as step NAME for FAMILIES within what is left, less a margin for the
+# steps after; its table goes under "## NAME" in tables.md, its progress likewise in
+# compare.log.
 compare() {
-  local name=$1 sizes=$2 rounds=$3 status=0
-  shift 3
+  local name=$1 families=$2 sizes=$3 rounds=$4 status=0
+  shift 4
   local budget=$(($(left) - 10))
   if [ "$budget" -lt 30 ]; then
     say "$name: not run, $(left) s left"
@@ -110,11 +143,12 @@ compare() {
   fi
   printf '## %s\n\n' "$name" | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   python3 benches/python/compare_stacks.py --cwm "$CWM" --device "$DEVICE" \
-    --families "$FAMILIES" --sizes "$sizes" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
+    --families "$families" --sizes "$sizes" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
     --rounds "$rounds" --json-out "$JSONL" --resume --budget-s "$budget" --timeout 240 "$@" \
     >>"$OUT/tables.md" 2>>"$OUT/compare.log" || status=$?
   echo | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   cp "$JSONL" "$OUT/compare-stacks.jsonl"
+  pack_kernel_cache
   case $status in
     0) say "$name: done, $(left) s left" ;;
     3) say "$name: the time ran out; the same command goes on from $JSONL" ;;
@@ -129,20 +163,36 @@ profile() {
     say "profile: not run ($DEVICE, $(left) s left)"
     return 0
   fi
-  if CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG=$log timeout $(($(left) - 20)) \
+  local limit=$(($(left) - 20))
+  # Capped, so that a cache that did not serve (compilation under the profiler) leaves the
+  # steps after it their time.
+  [ "$limit" -le 150 ] || limit=150
+  if CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG=$log timeout "$limit" \
     "$CWM" model bench --device "$DEVICE" --arch transformer --size d512 --batch "$BATCH" \
     --seq "$SEQ" --warmup 2 --steps 3 --json >"$OUT/profile-run.txt" 2>&1; then
     say "profile: done, $(left) s left"
   else
     say "profile: failed or out of time (profile-run.txt)"
   fi
+  # The log is large (it was over 16 MiB, too big to come back, on 2026-11-26) and repetitive.
+  if [ -f "$log" ]; then
+    xz -T0 -6 -f "$log"
+  fi
+  pack_kernel_cache
 }
 
-compare round1 "$SIZES" 1
+if [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,transformer,* ]]; then
+  compare transformer transformer "$SIZES" 1
+fi
 profile
-compare fused-device "$SIZES" 1 "--cwm-args=--loss fused-device"
-compare round2 "$SIZES" 2
+compare round1 "$FAMILIES" "$SIZES" 1
+compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
+compare round2 "$FAMILIES" "$SIZES" 2
 if [ -n "$MORE_SIZES" ]; then
-  compare all-sizes "$SIZES,$MORE_SIZES" 2
+  compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2
+fi
+if [ -f "$OUT/kernel-cache.tar.xz" ]; then
+  echo "kernel cache: $(du -sh "$KERNEL_CACHE" | cut -f1), packed $(du -h \
+    "$OUT/kernel-cache.tar.xz" | cut -f1) (a file over 16 MiB does not come back)" >>"$SUMMARY"
 fi
 say "finished with $(left) s left"

@@ -366,7 +366,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         .collect();
     assert_eq!(
         steps,
-        ["round1", "profile", "fused-device", "round2", "finished"],
+        ["profile", "round1", "fused-device", "round2", "finished"],
         "{summary}"
     );
     assert!(summary.contains("profile: not run (cpu"), "{summary}");
