@@ -12,7 +12,7 @@
 //! | value | what is kept, where |
 //! |---|---|
 //! | unset or empty | both, in cubecl's default place: `target/environment` of the outermost Cargo workspace above the working directory, else the user's cache folder (`~/.cache/cubecl`) |
-//! | `off` (or `0`, `false`, `no`) | nothing on disk: every process compiles and tunes anew |
+//! | `off` (or `0`, `false`, `no`) | neither: every process compiles and tunes anew |
 //! | a folder | both, in that folder (made absolute against the working directory) |
 //!
 //! The database is keyed by the device, its driver and cubecl's version, so one folder serves
@@ -66,10 +66,18 @@ pub(crate) fn configure_cubecl() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
+        use burn::cubecl::records::RecordLevel;
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
         let keep = KernelCache::from_env();
-        config.compilation.cache = keep != KernelCache::Off;
-        config.autotune.disable_cache = keep == KernelCache::Off;
+        let off = keep == KernelCache::Off;
+        config.compilation.cache = !off;
+        config.autotune.disable_cache = off;
+        config.throughput.disable_cache = off;
+        // cubecl's records of what each compilation cost grow the database by every session
+        // and serve no cwm figure: off unless asked for by cubecl's own variable.
+        if off || std::env::var_os("CUBECL_ENVIRONMENT_RECORDS").is_none() {
+            config.environment.records.level = RecordLevel::Off;
+        }
         if let KernelCache::Directory(dir) = keep {
             config.environment.path = CacheConfig::Directory(dir);
         }
