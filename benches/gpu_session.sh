@@ -35,8 +35,8 @@
 # still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
 # the last call's compare-stacks.jsonl in it.
 #
-# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6),
-# MORE_SIZES (d256,d384: step 7; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6, 7),
+# MORE_SIZES (d256,d384: step 8; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
 # (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
@@ -114,7 +114,8 @@ if [ "$DEVICE" != cpu ]; then
     fi
   fi
   mkdir -p "$KERNEL_CACHE"
-  export CWM_KERNEL_CACHE=$PWD/$KERNEL_CACHE
+  # cwm takes a relative folder against its working directory, this one.
+  export CWM_KERNEL_CACHE=$KERNEL_CACHE
 fi
 # Triton 3.6 keeps autotuning results on disk with this set, so the reference stack's later
 # processes reuse the first ones' instead of tuning again in their warm-up steps: wall time
