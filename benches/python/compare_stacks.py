@@ -230,6 +230,19 @@ def row(arch, size, figures):
     )
 
 
+# The table's columns, with each one's markdown alignment.
+COLUMNS = [
+    ("family", "---"), ("size", "---"), ("cwm tokens/s", "---:"), ("PyTorch tokens/s", "---:"),
+    ("ratio", "---:"), ("cwm MiB", "---:"), ("PyTorch MiB reserved (allocated)", "---:"),
+    ("precision and loss, PyTorch's step", "---"), ("cwm's first step s", "---:"),
+]
+
+
+def note_row(arch, size, text):
+    """A cell's row that holds only a note (not run, failed), the other columns blank."""
+    return f"| {arch} | {size} | {text} |" + "  |" * (len(COLUMNS) - 3)
+
+
 def header(args):
     title = (
         f"cwm against the {args.stack} PyTorch stack: training tokens/s at batch {args.batch} × "
@@ -241,8 +254,8 @@ def header(args):
         [
             title,
             "",
-            "| family | size | cwm tokens/s | PyTorch tokens/s | ratio | cwm MiB | PyTorch MiB reserved (allocated) | precision and loss, PyTorch's step | cwm's first step s |",
-            "|---|---|---:|---:|---:|---:|---:|---|---:|",
+            "| " + " | ".join(name for name, _ in COLUMNS) + " |",
+            "|" + "|".join(align for _, align in COLUMNS) + "|",
         ]
     )
 
@@ -290,11 +303,11 @@ def main():
                 lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
             except OutOfBudget:
                 not_run += 1
-                lines.append(f"| {arch} | {size} | not run: the time budget ran out |  |  |  |  |  |  |")
+                lines.append(note_row(arch, size, "not run: the time budget ran out"))
             except (RuntimeError, ValueError, KeyError) as error:
                 failed += 1
                 print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
-                lines.append(f"| {arch} | {size} | failed: {error} |  |  |  |  |  |  |")
+                lines.append(note_row(arch, size, f"failed: {error}"))
     if sink is not None:
         sink.close()
     if not_run:

@@ -19,7 +19,8 @@
 //! several GPUs; processes that share it (the jobs of a cluster) read each other's entries, and
 //! a write one of them loses to another costs a compilation, never a wrong kernel. A
 //! `cubecl.toml` (cubecl's own settings file) is read as cubecl would read it; the variable's
-//! choice overrides its `compilation.cache`, `autotune.disable_cache` and `environment.path`.
+//! choice overrides its `compilation.cache` and `environment.path`, and `off` its tuning caches
+//! too (`autotune.disable_cache`, `throughput.disable_cache`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -70,9 +71,13 @@ pub(crate) fn configure_cubecl() {
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
         let keep = KernelCache::from_env();
         let off = keep == KernelCache::Off;
+        // cubecl keeps its tuning on disk by default (its own variables can turn that off,
+        // which is left to them); its compiled kernels only when told.
         config.compilation.cache = !off;
-        config.autotune.disable_cache = off;
-        config.throughput.disable_cache = off;
+        if off {
+            config.autotune.disable_cache = true;
+            config.throughput.disable_cache = true;
+        }
         // cubecl's records of what each compilation cost grow the database by every session
         // and serve no cwm figure: off unless asked for by cubecl's own variable.
         if off || std::env::var_os("CUBECL_ENVIRONMENT_RECORDS").is_none() {
