@@ -16,6 +16,13 @@
 //! output's gradient. Masked positions have `P = 0`, so their `dS` is 0 with no mask in the
 //! backward pass.
 //!
+//! On cubecl's backends (CUDA, `cube-cpu`), `P` and `M` are kept as one tensor of `P`'s size:
+//! `P` where a probability is kept and `−P` where it is dropped (`P ≥ 0`). `|·|` gives `P`
+//! back and the sign `M`, exactly: an element whose sign is lost (`P = 0`) adds nothing to `dS`
+//! or to the row sum either way. So the mask, as large as the probabilities (268 MB per layer
+//! for a d512 model at batch 128 × 256), is freed after the forward pass instead of held until
+//! the backward pass. The CPU keeps it ([`SavedMask`] says why).
+//!
 //! The forward pass runs through a backend extension ([`AttentionOps`]): each backend
 //! (`flex` on the CPU, cubecl's with fusion on CUDA and on `cube-cpu`) computes it from its own operations, and
 //! burn's autodiff decorator records it as one node with the backward pass above.
@@ -56,20 +63,20 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
 /// `(softmax(q kᵀ · scale, causal) ∘ keep) v`: the training path's attention, differentiable
 /// in `q`, `k` and `v` with the backward pass of the module docs.
 ///
-/// `causal` is true where attention is forbidden (above the diagonal); `keep` is the dropout
-/// mask on the probabilities (`1/keep` where an element is kept, else 0), or `None` without
-/// dropout. On a device without autodiff it is the same forward computation.
+/// `causal` is true where attention is forbidden (above the diagonal); `dropout` is the dropout
+/// on the probabilities, or `None` without. On a device without autodiff it is the same forward
+/// computation.
 ///
 /// # Shapes
-/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`; `keep`: `[batch,
-///   heads, seq, seq]`
+/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`; `dropout.mask`:
+///   `[batch, heads, seq, seq]`
 /// - output: `[batch, heads, seq, head_dim]`
 pub fn causal_attention_train(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     causal: &Tensor<2, Bool>,
-    keep: Option<Tensor<4>>,
+    dropout: Option<AttentionDropout>,
     scale: f64,
 ) -> Tensor<4> {
     let [batch, heads, seq, _] = q.dims();
@@ -82,16 +89,29 @@ pub fn causal_attention_train(
         k.into_dispatch(),
         v.into_dispatch(),
         causal.into_dispatch(),
-        match keep {
-            Some(mask) => Keep::Mask(mask.into_dispatch()),
+        match dropout {
+            Some(AttentionDropout { mask, scale }) => Keep::Mask {
+                mask: mask.into_dispatch(),
+                scale,
+            },
             None => Keep::All,
         },
         scale,
     ))
 }
 
+/// Dropout on the attention probabilities: which are kept, and by what they are multiplied.
+#[derive(Debug, Clone)]
+pub struct AttentionDropout {
+    /// Non-zero where a probability is kept, 0 where it is dropped (a dropout mask as drawn).
+    pub mask: Tensor<4>,
+    /// The factor of a kept probability, `1/keep`.
+    pub scale: f32,
+}
+
 /// The forward pass: the attention probabilities `softmax(q kᵀ · scale)` with `causal`'s
-/// positions at 0 (what the backward pass keeps), and the output `(probs ∘ keep) v`.
+/// positions at 0, as the backward pass keeps them ([`Probs`]: with the dropout mask in their
+/// signs if `in_signs`, else beside them), and the output `(probs ∘ M) v`.
 ///
 /// # Shapes
 /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[batch, heads, seq, seq]`
@@ -99,32 +119,93 @@ pub fn causal_attention_train(
 fn forward<B: Backend>(
     [q, k, v]: [FloatTensor<B>; 3],
     causal: BoolTensor<B>,
-    keep: &Keep<B>,
+    keep: Keep<B>,
     scale: f64,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+    in_signs: bool,
+) -> (Probs<B>, FloatTensor<B>) {
     let scores = B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), scale.into());
     let probs = B::softmax(
         B::float_mask_fill(scores, causal, f32::NEG_INFINITY.into()),
         3,
     );
-    let out = B::float_matmul(dropped::<B>(probs.clone(), keep), v);
+    let probs = match keep {
+        Keep::Mask { mask, .. } if !in_signs => Probs::Masked { probs, mask },
+        Keep::Mask { mask, scale } => {
+            // 2·sign(mask) − 1: +1 where kept, −1 where dropped (the mask is never negative).
+            let sign = B::float_add_scalar(
+                B::float_mul_scalar(B::float_sign(mask), 2f32.into()),
+                (-1f32).into(),
+            );
+            let signed = B::float_mul(probs, sign);
+            Probs::Signed { signed, scale }
+        }
+        Keep::All => Probs::Plain(probs),
+    };
+    let out = B::float_matmul(probs.dropped(), v);
     (probs, out)
 }
 
 /// Which attention probabilities dropout keeps.
 #[derive(ExtensionType, Clone, Debug)]
 pub enum Keep<B: Backend> {
-    /// `1/keep` where a probability is kept, else 0, in the probabilities' shape.
-    Mask(FloatTensor<B>),
+    /// Dropout: `mask` is non-zero where a probability is kept, 0 where it is dropped; a kept
+    /// one is multiplied by `scale`.
+    Mask {
+        /// The mask, in the probabilities' shape.
+        mask: FloatTensor<B>,
+        /// `1/keep`.
+        scale: f32,
+    },
     /// No dropout.
     All,
 }
 
-/// `probs ∘ keep`, or `probs` without dropout.
-fn dropped<B: Backend>(probs: FloatTensor<B>, keep: &Keep<B>) -> FloatTensor<B> {
-    match keep {
-        Keep::Mask(mask) => B::float_mul(probs, mask.clone()),
-        Keep::All => probs,
+/// The attention probabilities as the backward pass keeps them (see the module docs).
+#[derive(Clone, Debug)]
+enum Probs<B: Backend> {
+    /// Without dropout: `P`.
+    Plain(FloatTensor<B>),
+    /// With dropout, the mask beside: `P` and `M`.
+    Masked {
+        probs: FloatTensor<B>,
+        mask: FloatTensor<B>,
+    },
+    /// With dropout: `P` where kept, `−P` where dropped; a kept one is multiplied by `scale`.
+    Signed { signed: FloatTensor<B>, scale: f32 },
+}
+
+impl<B: Backend> Probs<B> {
+    /// `P`.
+    fn probs(&self) -> FloatTensor<B> {
+        match self {
+            Probs::Plain(probs) | Probs::Masked { probs, .. } => probs.clone(),
+            Probs::Signed { signed, .. } => B::float_abs(signed.clone()),
+        }
+    }
+
+    /// `P ∘ M`: what multiplies `v`.
+    fn dropped(&self) -> FloatTensor<B> {
+        match self {
+            Probs::Plain(probs) => probs.clone(),
+            Probs::Masked { probs, mask } => B::float_mul(probs.clone(), mask.clone()),
+            Probs::Signed { signed, scale } => {
+                B::float_mul_scalar(B::relu(signed.clone()), (*scale).into())
+            }
+        }
+    }
+
+    /// `x ∘ M`, for `x` in the probabilities' shape. `M = sign(relu(±P)) · scale` is the mask
+    /// where `P > 0`; where `P = 0` it is 0 whatever was drawn, which changes nothing that
+    /// `x ∘ M` is used for (`dS = P ∘ (…)` and the row sum of `x ∘ M ∘ P`).
+    fn masked(&self, x: FloatTensor<B>) -> FloatTensor<B> {
+        match self {
+            Probs::Plain(_) => x,
+            Probs::Masked { mask, .. } => B::float_mul(x, mask.clone()),
+            Probs::Signed { signed, scale } => {
+                let kept = B::float_sign(B::relu(signed.clone()));
+                B::float_mul(x, B::float_mul_scalar(kept, (*scale).into()))
+            }
+        }
     }
 }
 
@@ -143,7 +224,7 @@ pub trait AttentionOps: Backend {
         #[extension_type] keep: Keep<Self>,
         scale: f64,
     ) -> FloatTensor<Self> {
-        forward::<Self>([q, k, v], causal, &keep, scale).1
+        forward::<Self>([q, k, v], causal, keep, scale, false).1
     }
 }
 
@@ -152,14 +233,31 @@ impl AttentionOps for burn::backend::Flex {}
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 impl AttentionOps for burn::backend::Cube {}
 
-/// What the backward pass keeps: the inputs, the probabilities and the dropout mask.
+/// Where a backend's training attention keeps the dropout mask for the backward pass.
+pub trait SavedMask {
+    /// In the probabilities' signs (the module docs), not beside them. cubecl's fused kernels
+    /// encode and decode the signs in the passes that read the probabilities anyway; on the
+    /// CPU every such operation is a pass of its own over `[batch, heads, seq, seq]`, which
+    /// made a d128 training process 1.06× as long (docs/perf.md), so `flex` keeps the mask.
+    const IN_SIGNS: bool;
+}
+
+impl SavedMask for burn::backend::Flex {
+    const IN_SIGNS: bool = false;
+}
+
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+impl SavedMask for burn::backend::Cube {
+    const IN_SIGNS: bool = true;
+}
+
+/// What the backward pass keeps: the inputs and the probabilities with the dropout mask.
 #[derive(Clone, Debug)]
 struct Saved<B: Backend> {
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
-    probs: FloatTensor<B>,
-    keep: Keep<B>,
+    probs: Probs<B>,
     scale: f64,
 }
 
@@ -173,40 +271,46 @@ impl<B: Backend> Backward<B, 3> for AttentionBackward {
     fn backward(self, ops: Ops<Saved<B>, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_q, node_k, node_v] = ops.parents;
         let grad_out = grads.consume::<B>(&ops.node);
+        let wanted = [node_q.is_some(), node_k.is_some(), node_v.is_some()];
+        let computed = ops.state.gradients(grad_out, wanted);
+        for (node, grad) in [node_q, node_k, node_v].into_iter().zip(computed) {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: Backend> Saved<B> {
+    /// The gradients of `q`, `k` and `v` (those `wanted`) from the output's, `grad_out`.
+    fn gradients(self, grad_out: FloatTensor<B>, wanted: [bool; 3]) -> [Option<FloatTensor<B>>; 3] {
         let Saved {
             q,
             k,
             v,
-            probs,
-            keep,
+            probs: saved,
             scale,
-        } = ops.state;
-        if let Some(node) = node_v {
-            let dropped = dropped::<B>(probs.clone(), &keep);
-            let grad_v = B::float_matmul(B::float_transpose(dropped), grad_out.clone());
-            grads.register::<B>(node.id, grad_v);
-        }
-        if node_q.is_none() && node_k.is_none() {
-            return;
+        } = self;
+        let grad_v = wanted[2]
+            .then(|| B::float_matmul(B::float_transpose(saved.dropped()), grad_out.clone()));
+        if !wanted[0] && !wanted[1] {
+            return [None, None, grad_v];
         }
         // dP = (dO vᵀ) ∘ M; dS = P ∘ (dP − rowsum(dP ∘ P)) · scale.
-        let grad_probs = dropped::<B>(B::float_matmul(grad_out, B::float_transpose(v)), &keep);
+        let grad_probs = saved.masked(B::float_matmul(grad_out, B::float_transpose(v)));
+        let probs = saved.probs();
         let row = B::float_sum_dim(B::float_mul(grad_probs.clone(), probs.clone()), 3);
         let grad_scores = B::float_mul_scalar(
             B::float_mul(probs, B::float_sub(grad_probs, row)),
             scale.into(),
         );
-        if let Some(node) = node_q {
-            grads.register::<B>(node.id, B::float_matmul(grad_scores.clone(), k));
-        }
-        if let Some(node) = node_k {
-            let grad_k = B::float_matmul(B::float_transpose(grad_scores), q);
-            grads.register::<B>(node.id, grad_k);
-        }
+        let grad_q = wanted[0].then(|| B::float_matmul(grad_scores.clone(), k));
+        let grad_k = wanted[1].then(|| B::float_matmul(B::float_transpose(grad_scores), q));
+        [grad_q, grad_k, grad_v]
     }
 }
 
-impl<B: Backend + AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
+impl<B: Backend + AttentionOps + SavedMask, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
     fn causal_attention_train(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
@@ -217,7 +321,10 @@ impl<B: Backend + AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff
     ) -> FloatTensor<Self> {
         // The mask is a constant: its primitive is all the forward pass needs of it.
         let keep = match keep {
-            Keep::Mask(mask) => Keep::Mask(mask.into_primitive()),
+            Keep::Mask { mask, scale } => Keep::Mask {
+                mask: mask.into_primitive(),
+                scale,
+            },
             Keep::All => Keep::All,
         };
         match AttentionBackward
@@ -228,13 +335,12 @@ impl<B: Backend + AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff
             OpsKind::Tracked(prep) => {
                 let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
                 let inputs = [q.clone(), k.clone(), v.clone()];
-                let (probs, out) = forward::<B>(inputs, causal, &keep, scale);
+                let (probs, out) = forward::<B>(inputs, causal, keep, scale, B::IN_SIGNS);
                 let saved = Saved {
                     q,
                     k,
                     v,
                     probs,
-                    keep,
                     scale,
                 };
                 prep.finish(saved, out)
@@ -311,7 +417,11 @@ mod tests {
         let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device);
         for keep in [None, Some(mask)] {
             for tracked in [[true; 3], [false, true, true], [true, true, false]] {
-                let fused = |q, k, v| causal_attention_train(q, k, v, &causal, keep.clone(), 0.25);
+                let dropout = keep
+                    .clone()
+                    .map(|mask| AttentionDropout { mask, scale: 1.25 });
+                let fused =
+                    |q, k, v| causal_attention_train(q, k, v, &causal, dropout.clone(), 0.25);
                 let plain = |q, k, v| separate(q, k, v, keep.clone());
                 let expected = run(plain, &inputs, tracked, &weights);
                 let got = run(fused, &inputs, tracked, &weights);
@@ -325,6 +435,70 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The mask kept in the probabilities' signs (cubecl's way) gives the output and the
+    /// gradients of the mask kept beside them (the CPU's) to the last bit, at a keep factor
+    /// that is not a power of two and with half the probabilities dropped.
+    #[test]
+    fn the_mask_in_the_probabilities_signs_gives_the_same_output_and_gradients() {
+        let device = Device::flex();
+        device.seed(29);
+        let draw = |shape: [usize; 4], std| {
+            Tensor::<4>::random(shape, Distribution::Normal(0.0, std), &device)
+        };
+        let [batch, heads, seq, _] = SHAPE;
+        let [q, k, v] = [draw(SHAPE, 2.0), draw(SHAPE, 2.0), draw(SHAPE, 1.0)];
+        let grad_out = draw(SHAPE, 1.0);
+        let scale = (1.0f64 / 0.9) as f32;
+        let shape = [batch, heads, seq, seq];
+        let mask = Tensor::<4>::random(shape, Distribution::Bernoulli(0.5), &device) * scale;
+        let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device)
+            .reshape([1, 1, seq, seq])
+            .expand(shape);
+        let run = |in_signs| {
+            let keep = Keep::<Dispatch>::Mask {
+                mask: mask.clone().into_dispatch(),
+                scale,
+            };
+            let inputs = [&q, &k, &v].map(|x| x.clone().into_dispatch());
+            let (probs, out) = forward(
+                inputs.clone(),
+                causal.clone().into_dispatch(),
+                keep,
+                0.25,
+                in_signs,
+            );
+            assert_eq!(matches!(probs, Probs::Signed { .. }), in_signs);
+            let [q, k, v] = inputs;
+            let saved = Saved {
+                q,
+                k,
+                v,
+                probs,
+                scale: 0.25,
+            };
+            let grads = saved.gradients(grad_out.clone().into_dispatch(), [true; 3]);
+            let values = |x| {
+                Tensor::<4>::from_dispatch(x)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .unwrap()
+            };
+            let mut all = vec![values(out)];
+            all.extend(grads.into_iter().map(|g| values(g.expect("wanted"))));
+            all
+        };
+        let (beside, in_signs) = (run(false), run(true));
+        for (i, (a, b)) in beside.iter().zip(&in_signs).enumerate() {
+            let differ = a.iter().zip(b).filter(|(x, y)| x != y).count();
+            assert_eq!(
+                differ,
+                0,
+                "result {i}: {differ} of {} elements differ",
+                a.len()
+            );
         }
     }
 

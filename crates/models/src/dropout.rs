@@ -86,7 +86,7 @@ pub fn dropout_mask<const D: usize>(
     let _rng = rng_lock();
     if *device != Device::flex() {
         let kept = Tensor::<D>::random(shape, Distribution::Bernoulli(keep), device);
-        return Some(kept * (1.0 / keep));
+        return Some(kept * kept_scale(module));
     }
     // Three 30-bit draws from the backend's generator make the seed of this mask (30 bits: the
     // integer tensors may be i32, and the bound must be representable).
@@ -95,6 +95,11 @@ pub fn dropout_mask<const D: usize>(
         .iter::<i64>()
         .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF));
     Some(mask(shape, keep, seed, device))
+}
+
+/// The value [`dropout_mask`] gives a kept element: `1/keep`, in f32.
+pub fn kept_scale(module: &Dropout) -> f32 {
+    (1.0 / (1.0 - module.prob)) as f32
 }
 
 /// The mask of [`mask_values`] for `seed` and the probability `keep`, as a tensor of `shape`.

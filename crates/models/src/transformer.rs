@@ -8,9 +8,9 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, Linear, RmsNorm, RmsNormConfig
 use burn::prelude::*;
 use burn::tensor::activation::silu;
 
-use crate::attention::{causal_attention, causal_attention_train};
+use crate::attention::{AttentionDropout, causal_attention, causal_attention_train};
 use crate::config::{ModelConfig, Rope};
-use crate::dropout::{dropout, dropout_mask};
+use crate::dropout::{dropout, dropout_mask, kept_scale};
 use crate::error::ModelError;
 use crate::head::{
     EmbeddingInit, HeadInit, input_embedding, linear_columns, output_head, torch_linear,
@@ -208,9 +208,15 @@ impl Attention {
         causal: &Tensor<2, Bool>,
     ) -> Tensor<4> {
         let [batch, heads, seq, head_dim] = q.dims();
-        let keep = dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &q.device());
+        let dropout =
+            dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &q.device()).map(|mask| {
+                AttentionDropout {
+                    mask,
+                    scale: kept_scale(&self.attn_dropout),
+                }
+            });
         let scale = 1.0 / (head_dim as f64).sqrt();
-        causal_attention_train(q, k, v, causal, keep, scale)
+        causal_attention_train(q, k, v, causal, dropout, scale)
     }
 }
 
