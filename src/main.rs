@@ -78,7 +78,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match real_main(cli) {
+    let result = real_main(cli);
+    cwm_models::kernel_profile::wait_for_log(std::time::Duration::from_secs(60));
+    match result {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {

@@ -59,9 +59,10 @@ impl KernelCache {
     }
 }
 
-/// Applies [`KernelCache::from_env`] to cubecl's configuration, once per process and before
-/// the first cubecl device exists (cubecl reads its configuration once). A configuration that
-/// cubecl has already read (another library set it first) is left as it is.
+/// Applies [`KernelCache::from_env`] (and [`crate::kernel_profile`]'s variable) to cubecl's
+/// configuration, once per process and before the first cubecl device exists (cubecl reads its
+/// configuration once). A configuration that cubecl has already read (another library set it
+/// first) is left as it is.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 pub(crate) fn configure_cubecl() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -86,6 +87,7 @@ pub(crate) fn configure_cubecl() {
         if let KernelCache::Directory(dir) = keep {
             config.environment.path = CacheConfig::Directory(dir);
         }
+        crate::kernel_profile::apply(&mut config);
         CubeClRuntimeConfig::try_set(config);
     });
 }

@@ -41,6 +41,7 @@ mod head;
 pub mod hidden;
 pub mod interop;
 pub mod kernel_cache;
+pub mod kernel_profile;
 mod loss;
 mod mamba;
 mod metrics;

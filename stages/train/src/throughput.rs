@@ -9,7 +9,8 @@
 //! what the train stage's step reads, as it reads them: the loss with the gradient norm after
 //! the backward pass (one read-back), then whether every parameter is still finite after the
 //! update (spec D.1 steps 5 and 7); its time ends with the last, so work queued on a GPU is
-//! counted.
+//! counted. Each step ends, untimed, with a barrier on the device, so that cubecl's kernel
+//! profiler (`CWM_KERNEL_PROFILE`, `cwm_models::kernel_profile`) writes one table per step.
 
 use std::time::Instant;
 
@@ -182,6 +183,11 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         } else {
             warmup_s.push(seconds);
         }
+        // The device is idle after the read-back; this barrier, untimed, is where cubecl's
+        // kernel profiler (CWM_KERNEL_PROFILE) closes the step's table.
+        device
+            .sync()
+            .map_err(|err| TrainError::Failed(format!("step {step}: {err}")))?;
         let reserved = device.memory_pool_usage().map(|usage| usage.bytes_reserved);
         peak_reserved_bytes = peak_reserved_bytes.max(reserved);
     }
