@@ -14,8 +14,8 @@
 #   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
 #      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
 #   3. transformer: the transformer's cells of step 5 (when FAMILIES has it), so that
-#   4. profile: the transformer at d512 under cubecl's kernel profiler, finds its kernels
-#      compiled and tuned in the kernel cache;
+#   4. profile: the transformer at d512 under cubecl's kernel profiler (its kernels compiled
+#      and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   5. round1: every family at d128 and d512, one round;
 #   6. fused-device: the cells of step 5 with cwm's loss fused on the device;
 #   7. round2: a second round of step 5 (the table docs/gpu.md carries);
@@ -30,8 +30,8 @@
 # without one), few enough for such a folder: summary.txt (the machine, then each step: what
 # ran and what the time cut), tables.md (each step's table under its name), compare.log (each
 # step's progress, every process's wall time), compare-stacks.jsonl (every process's line),
-# install.log, profile.log.xz (cubecl's kernel table), profile-run.txt (that run's own output)
-# and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
+# install.log, profile.md (both stacks' tables of a step's kernels), profile.log.xz (cubecl's
+# log they come from) and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
 # still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
 # the last call's compare-stacks.jsonl in it.
 #
@@ -157,24 +157,45 @@ compare() {
   esac
 }
 
-# The transformer at d512 with cubecl's profiler: where a step's time goes, kernel by kernel.
+# The transformer at d512 under both stacks' profilers: where a step's time goes, kernel by
+# kernel. cwm's process (CWM_KERNEL_PROFILE: cubecl's profiler log and nothing else) finds its
+# kernels compiled and tuned in the kernel cache; kernel_profile.py turns the log's last tables
+# into one step's, train_torch.py --profile gives torch.profiler's table of the reference's
+# step. Both go to profile.md with each process's own output; the log itself, compressed, to
+# profile.log.xz.
 profile() {
-  local log=$OUT/profile.log
+  local log=$OUT/profile.log md=$OUT/profile.md
+  local shape=(--arch transformer --size d512 --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
   if [ "$DEVICE" = cpu ] || [ "$(left)" -lt 60 ]; then
     say "profile: not run ($DEVICE, $(left) s left)"
     return 0
   fi
-  local limit=$(($(left) - 20))
+  local limit=$(($(left) - 40))
   # Capped, so that a cache that did not serve (compilation under the profiler) leaves the
   # steps after it their time.
   [ "$limit" -le 150 ] || limit=150
-  if CUBECL_DEBUG_OPTION=profile CUBECL_DEBUG_LOG=$log timeout "$limit" \
-    "$CWM" model bench --device "$DEVICE" --arch transformer --size d512 --batch "$BATCH" \
-    --seq "$SEQ" --warmup 2 --steps 3 --json >"$OUT/profile-run.txt" 2>&1; then
-    say "profile: done, $(left) s left"
-  else
-    say "profile: failed or out of time (profile-run.txt)"
-  fi
+  {
+    echo "# transformer d512, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
+    echo
+    echo "## cwm"
+    echo
+    if CWM_KERNEL_PROFILE=$log timeout "$limit" "$CWM" model bench --device "$DEVICE" \
+      "${shape[@]}" --json 2>&1; then
+      echo
+      python3 benches/python/kernel_profile.py "$log" --steps 3 2>&1 || true
+    else
+      echo "(failed or out of time after $limit s)"
+    fi
+    echo
+    echo "## reference"
+    echo
+    timeout 60 python3 benches/python/train_torch.py --stack reference --device "$DEVICE" \
+      "${shape[@]}" --profile "$OUT/reference-profile.txt" 2>&1 | grep -v '^USDT:' || true
+    echo
+    cat "$OUT/reference-profile.txt" 2>/dev/null || echo "(no table)"
+  } >"$md"
+  rm -f "$OUT/reference-profile.txt"
+  say "profile: $(grep -c '^| ' "$md") table rows in profile.md, $(left) s left"
   # The log is large (it was over 16 MiB, too big to come back, on 2026-11-26) and repetitive.
   if [ -f "$log" ]; then
     xz -T0 -6 -f "$log"

@@ -23,6 +23,12 @@ the reference stack):
   parameter is tested for finiteness after the update, one read-back per parameter, as its
   ``model_has_nonfinite_params`` does.
 
+``--profile FILE`` runs the timed steps under ``torch.profiler`` and writes its table of
+operators (on a GPU, sorted by their own device time, the kernels' share of a step; on the
+CPU by their own CPU time) to FILE: the reference's side of cwm's kernel profile
+(``CWM_KERNEL_PROFILE``, ``kernel_profile.py``). The timed steps' figures are then the
+profiled ones, slower than without.
+
 Prints one JSON object with ``tokens_per_s``, ``median_step_s``, ``step_s``, the settings, and
 on a GPU ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (PyTorch's allocator's peaks
 over the warm-up and timed steps; ``null`` on the CPU). A step ends when its last read-back is
@@ -109,6 +115,31 @@ def reference_step(model, optim, batch, autocast):
     return loss.item()
 
 
+class Profiler:
+    """torch.profiler over the timed steps, and its table of operators for ``--profile``."""
+
+    def __init__(self, args, device):
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        self.sort_by = "self_cpu_time_total"
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.sort_by = "self_device_time_total"
+        self.profile = torch.profiler.profile(activities=activities)
+
+    def start(self):
+        self.profile.start()
+
+    def write(self, args):
+        self.profile.stop()
+        table = self.profile.key_averages().table(sort_by=self.sort_by, row_limit=args.profile_rows)
+        head = (
+            f"torch.profiler, {args.stack} stack, {args.arch} {args.size}, batch {args.batch} x "
+            f"{args.seq}: the {args.steps} timed step(s) together (divide by {args.steps} for "
+            f"one), sorted by {self.sort_by}, torch {torch.__version__}\n\n"
+        )
+        args.profile.write_text(head + table + "\n", encoding="utf-8")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", required=True, choices=models.FAMILIES)
@@ -121,6 +152,8 @@ def main():
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--stack", choices=("eager", "reference"), default="eager")
     parser.add_argument("--step", choices=("lean", "reference"), help="step protocol (see above)")
+    parser.add_argument("--profile", type=Path, help="torch.profiler's table of the timed steps here")
+    parser.add_argument("--profile-rows", type=int, default=40, help="operators in that table")
     args = parser.parse_args()
     if min(args.batch, args.seq, args.steps) < 1 or args.warmup < 0:
         sys.exit("--batch, --seq and --steps must be positive, --warmup not negative")
@@ -139,8 +172,11 @@ def main():
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
+    profiler = Profiler(args, device) if args.profile else None
     times = []
     for index in range(args.warmup + args.steps):
+        if profiler and index == args.warmup:
+            profiler.start()
         start = time.perf_counter()
         loss = step(model, optim, batch, autocast)
         seconds = time.perf_counter() - start
@@ -148,6 +184,8 @@ def main():
             sys.exit(f"the loss, gradient norm or a parameter is not finite at step {index}")
         if index >= args.warmup:
             times.append(seconds)
+    if profiler:
+        profiler.write(args)
     median = statistics.median(times)
     on_gpu = device.type == "cuda"
     print(
@@ -166,6 +204,7 @@ def main():
                 "step_s": times,
                 "last_loss": loss,
                 "steps": args.steps,
+                "profiled": bool(profiler),
                 "threads": torch.get_num_threads(),
                 "torch": torch.__version__,
                 "peak_allocated_bytes": torch.cuda.max_memory_allocated(device) if on_gpu else None,

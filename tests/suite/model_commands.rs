@@ -393,3 +393,145 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     assert!(!read("compare.log").contains("round 2: cwm"));
     assert!(section(&read("tables.md"), "round2").contains("| slice_diag | d128 |"));
 }
+
+/// A kernel-profile log in cubecl's format: kernel lines, then at each barrier a table of the
+/// kernels since the last one (name, duration, count, share). Here a warm-up table, a table of
+/// cubecl's own device measurement, and two steps.
+const PROFILE_LOG: &str = "\
+| 181.2ms    | PrngKernel | NormalFamily_22388eeb
+|⎺⎺⎺⎺⎺|
+| Name                            | Duration     | Num Computed | Ratio |
+|⎼⎼⎼⎼⎼|
+| PrngKernel | NormalFamily_22388eeb | 181.2ms | 1 | 100 % |
+|⎼⎼⎼⎼⎼|
+| Total                           | 181.2ms      | 1            | 100 % |
+|⎯⎯⎯⎯⎯|
+|⎺⎺⎺⎺⎺|
+| Name                            | Duration     | Num Computed | Ratio |
+|⎼⎼⎼⎼⎼|
+| MemoryDirectThroughput_4f45d18e | 97.25ms | 1 | 100 % |
+|⎼⎼⎼⎼⎼|
+| Total                           | 97.25ms      | 1            | 100 % |
+|⎯⎯⎯⎯⎯|
+|⎺⎺⎺⎺⎺|
+| Name                            | Duration     | Num Computed | Ratio |
+|⎼⎼⎼⎼⎼|
+| MatmulEntry | TensorArgs | DynamicScalar | __Lhs | DynamicSize | __LhsSize | SimpleMatmulFamily | UnitPartitioner | () | RowMajorGlobalPartitionMatmul_54cbf1be | 3ms | 4 | 60 % |
+| ElemwiseFuse_9cf78f0f | 1500µs | 10 | 30 % |
+| ElemwiseFuse_77e9a9a1 | 250µs | 5 | 5 % |
+| FullKernel_1991dd6e | 250000ns | 20 | 5 % |
+|⎼⎼⎼⎼⎼|
+| Total                           | 5ms          | 39           | 100 % |
+|⎯⎯⎯⎯⎯|
+| 1ms        | ElemwiseFuse_9cf78f0f
+|⎺⎺⎺⎺⎺|
+| Name                            | Duration     | Num Computed | Ratio |
+|⎼⎼⎼⎼⎼|
+| MatmulEntry | TensorArgs | DynamicScalar | __Lhs | DynamicSize | __LhsSize | SimpleMatmulFamily | UnitPartitioner | () | RowMajorGlobalPartitionMatmul_54cbf1be | 0.005s | 4 | 71 % |
+| ElemwiseFuse_9cf78f0f | 1.5ms | 10 | 21 % |
+| ElemwiseFuse_77e9a9a1 | 250µs | 5 | 4 % |
+| FullKernel_1991dd6e | 250µs | 20 | 4 % |
+|⎼⎼⎼⎼⎼|
+| Total                           | 7ms          | 39           | 100 % |
+|⎯⎯⎯⎯⎯|
+";
+
+/// Runs `kernel_profile.py` on `log` with `args`; returns (exit status, stdout, stderr).
+fn kernel_profile(log: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/kernel_profile.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(log)
+        .args(args)
+        .output()
+        .expect("run python3");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_kernel_profile_becomes_the_table_of_one_step() {
+    let ws = Workspace::new("kernel-profile");
+    let log = ws.dir.join("profile.log");
+    std::fs::write(&log, PROFILE_LOG).unwrap();
+
+    let (code, out, err) = kernel_profile(&log, &["--steps", "2", "--top", "2"]);
+    assert_eq!(code, Some(0), "{err}");
+    // The last two tables (the device measurement left out), averaged per step.
+    assert!(
+        out.starts_with(
+            "Kernels of one step, mean of the last 2 of 3 tables in profile.log: 39 launches, \
+             6.000 ms of kernel time."
+        ),
+        "{out}"
+    );
+    // By kind: the two element-wise fusions are one row; the rest beyond --top in one row.
+    let matmul =
+        "MatmulEntry · TensorArgs · SimpleMatmulFamily · … · RowMajorGlobalPartitionMatmul";
+    for row in [
+        format!("| {matmul} | 4 | 4.000 | 66.7 % |"),
+        "| ElemwiseFuse | 15 | 1.750 | 29.2 % |".to_string(),
+        "| (1 more) | 20 | 0.250 | 4.2 % |".to_string(),
+        // By kernel, with cubecl's hash.
+        format!("| {matmul}_54cbf1be | 4 | 4.000 | 66.7 % |"),
+        "| ElemwiseFuse_9cf78f0f | 10 | 1.500 | 25.0 % |".to_string(),
+        "| (2 more) | 25 | 0.500 | 8.3 % |".to_string(),
+    ] {
+        assert!(out.contains(&row), "no {row:?} in:\n{out}");
+    }
+
+    // More steps than tables: an error that says what the log has.
+    let (code, _, err) = kernel_profile(&log, &["--steps", "4"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("has 3 table(s), fewer than the 4 step(s)"),
+        "{err}"
+    );
+    let (code, _, err) = kernel_profile(&ws.dir.join("missing.log"), &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("missing.log"), "{err}");
+}
+
+#[test]
+fn the_pytorch_side_writes_its_profiler_s_table_of_the_timed_steps() {
+    if !torch_and_slices() {
+        return;
+    }
+    let ws = Workspace::new("torch-profile");
+    let table = ws.dir.join("reference-profile.txt");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/train_torch.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args([
+            "--arch",
+            "transformer",
+            "--size",
+            "d128",
+            "--batch",
+            "2",
+            "--seq",
+            "8",
+        ])
+        .args(["--warmup", "1", "--steps", "2", "--profile"])
+        .arg(&table)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"profiled\": true"), "{stdout}");
+    let text = std::fs::read_to_string(&table).unwrap();
+    assert!(
+        text.starts_with("torch.profiler, eager stack, transformer d128, batch 2 x 8: the 2 timed"),
+        "{text}"
+    );
+    // The optimiser's step ran twice under the profiler; the warm-up's is not counted.
+    let adamw = text
+        .lines()
+        .find(|line| line.contains("Optimizer.step#AdamW.step"))
+        .unwrap_or_else(|| panic!("no AdamW row:\n{text}"));
+    assert_eq!(adamw.split_whitespace().last(), Some("2"), "{adamw}");
+}
