@@ -14,8 +14,8 @@
 #   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
 #      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
 #   3. transformer: the transformer's cells of step 5 (when FAMILIES has it), so that
-#   4. profile: the transformer at d512 under cubecl's kernel profiler (its kernels compiled
-#      and tuned in the kernel cache by then) and the reference's under torch.profiler;
+#   4. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
+#      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   5. round1: every family at d128 and d512, one round;
 #   6. fused-device: the cells of step 5 with cwm's loss fused on the device;
 #   7. round2: a second round of step 5 (the table docs/gpu.md carries);
@@ -30,12 +30,13 @@
 # without one), few enough for such a folder: summary.txt (the machine, then each step: what
 # ran and what the time cut), tables.md (each step's table under its name), compare.log (each
 # step's progress, every process's wall time), compare-stacks.jsonl (every process's line),
-# install.log, profile.md (both stacks' tables of a step's kernels), profile.log.xz (cubecl's
-# log they come from) and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
+# install.log, profile.md (both stacks' tables of a step's kernels), profile-logs.tar.xz
+# (cubecl's logs they come from) and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
 # still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
 # the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6, 7),
+# PROFILE_SIZES (d512,d128: step 4),
 # MORE_SIZES (d256,d384: step 8; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
@@ -57,6 +58,7 @@ DEVICE=${DEVICE:-cuda}
 FAMILIES=${FAMILIES:-all}
 SIZES=${SIZES:-d128,d512}
 MORE_SIZES=${MORE_SIZES-d256,d384}
+PROFILE_SIZES=${PROFILE_SIZES-d512,d128}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
@@ -157,49 +159,69 @@ compare() {
   esac
 }
 
-# The transformer at d512 under both stacks' profilers: where a step's time goes, kernel by
-# kernel. cwm's process (CWM_KERNEL_PROFILE: cubecl's profiler log and nothing else) finds its
-# kernels compiled and tuned in the kernel cache; kernel_profile.py turns the log's last tables
-# into one step's, train_torch.py --profile gives torch.profiler's table of the reference's
-# step. Both go to profile.md with each process's own output; the log itself, compressed, to
-# profile.log.xz.
-profile() {
-  local log=$OUT/profile.log md=$OUT/profile.md
-  local shape=(--arch transformer --size d512 --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
-  if [ "$DEVICE" = cpu ] || [ "$(left)" -lt 60 ]; then
-    say "profile: not run ($DEVICE, $(left) s left)"
+# The transformer under both stacks' profilers, at each of PROFILE_SIZES: where a step's time
+# goes, kernel by kernel. cwm's process (CWM_KERNEL_PROFILE: cubecl's profiler log and nothing
+# else) finds its kernels compiled and tuned in the kernel cache; kernel_profile.py turns the
+# log's last tables into one step's and compares it with the step's time without the profiler
+# (the comparison's, when step 3 measured it); train_torch.py --profile gives torch.profiler's
+# table of the reference's step. All of it goes to profile.md, each process's own output too;
+# the logs, compressed, to profile-logs.tar.xz. On the CPU (no kernel profiler in cwm's flex
+# build) only the reference's side has a table.
+profile_one() {
+  local size=$1 log=$OUT/profile-$1.log step_s limit=$(($(left) - 40))
+  local shape=(--arch transformer --size "$size" --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
+  if [ "$limit" -lt 20 ]; then
+    echo "## $size: not run, $(left) s left"
     return 0
   fi
-  local limit=$(($(left) - 40))
   # Capped, so that a cache that did not serve (compilation under the profiler) leaves the
   # steps after it their time.
   [ "$limit" -le 150 ] || limit=150
-  {
-    echo "# transformer d512, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
+  step_s=$(python3 -c 'import json, statistics, sys
+steps = [r["median_step_s"] for r in map(json.loads, open(sys.argv[1]))
+         if r["side"] == "cwm" and r["cell"]["family"] == "transformer"
+         and r["cell"]["size"] == sys.argv[2] and "cwm_args" not in r["cell"]]
+print(statistics.median(steps) if steps else "")' "$JSONL" "$size" 2>/dev/null || true)
+  echo "## cwm, transformer $size, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
+  echo
+  if CWM_KERNEL_PROFILE=$log timeout "$limit" "$CWM" model bench --device "$DEVICE" \
+    "${shape[@]}" --json 2>&1; then
     echo
-    echo "## cwm"
-    echo
-    if CWM_KERNEL_PROFILE=$log timeout "$limit" "$CWM" model bench --device "$DEVICE" \
-      "${shape[@]}" --json 2>&1; then
-      echo
-      python3 benches/python/kernel_profile.py "$log" --steps 3 2>&1 || true
-    else
-      echo "(failed or out of time after $limit s)"
-    fi
-    echo
-    echo "## reference"
-    echo
-    timeout 60 python3 benches/python/train_torch.py --stack reference --device "$DEVICE" \
-      "${shape[@]}" --profile "$OUT/reference-profile.txt" 2>&1 | grep -v '^USDT:' || true
-    echo
-    cat "$OUT/reference-profile.txt" 2>/dev/null || echo "(no table)"
-  } >"$md"
-  rm -f "$OUT/reference-profile.txt"
-  say "profile: $(grep -c '^| ' "$md") table rows in profile.md, $(left) s left"
-  # The log is large (it was over 16 MiB, too big to come back, on 2026-11-26) and repetitive.
-  if [ -f "$log" ]; then
-    xz -T0 -6 -f "$log"
+    python3 benches/python/kernel_profile.py "$log" --steps 3 ${step_s:+--step-s "$step_s"} \
+      2>&1 || true
+  else
+    echo "(failed or out of time after $limit s)"
   fi
+  echo
+  echo "## reference, transformer $size"
+  echo
+  timeout 60 python3 benches/python/train_torch.py --stack reference --device "$DEVICE" \
+    "${shape[@]}" --profile "$OUT/reference-profile.txt" 2>&1 | grep -v '^USDT:' || true
+  echo
+  cat "$OUT/reference-profile.txt" 2>/dev/null || echo "(no table)"
+  rm -f "$OUT/reference-profile.txt"
+  echo
+}
+
+profile() {
+  if [ "$(left)" -lt 60 ]; then
+    say "profile: not run, $(left) s left"
+    return 0
+  fi
+  local size
+  : >"$OUT/profile.md"
+  for size in ${PROFILE_SIZES//,/ }; do
+    profile_one "$size" >>"$OUT/profile.md"
+  done
+  # The logs are large (one was over 16 MiB, too big to come back, on 2026-11-26) and
+  # repetitive.
+  local logs=()
+  mapfile -t logs < <(cd "$OUT" && ls profile-*.log 2>/dev/null)
+  if [ "${#logs[@]}" -gt 0 ]; then
+    tar -C "$OUT" -cf - "${logs[@]}" | xz -T0 -6 >"$OUT/profile-logs.tar.xz"
+    (cd "$OUT" && rm -f "${logs[@]}")
+  fi
+  say "profile: done (profile.md), $(left) s left"
   pack_kernel_cache
 }
 

@@ -14,7 +14,9 @@ time; then the same per kind of kernel (the name without the hash cubecl appends
 what a change to cwm is judged by (element-wise fusions, matrix products, reductions,
 random numbers). Each kernel is timed on its own under the profiler, so the kernel time is
 not the step's time with the profiler off; the shares and the launch counts are what the
-table is for.
+table is for. With ``--step-s`` (a step's time without the profiler, from ``cwm model bench``)
+it also says what part of a step the kernels fill: far under 100 % means a step waits on the
+host rather than on its kernels.
 
 Exit status 1 when the log has fewer tables than ``--steps``, with what it has.
 """
@@ -110,13 +112,17 @@ def main():
     parser.add_argument("log", type=Path, help="the file CWM_KERNEL_PROFILE named")
     parser.add_argument("--steps", type=int, default=3, help="timed steps at the log's end")
     parser.add_argument("--top", type=int, default=30, help="kernels listed by name")
+    parser.add_argument("--step-s", type=float, help="the step's time without the profiler")
     args = parser.parse_args()
     if args.steps < 1 or args.top < 1:
         sys.exit("--steps and --top must be positive")
     try:
         lines = args.log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
-        sys.exit(f"kernel_profile: {args.log}: {err.strerror}")
+        sys.exit(
+            f"kernel_profile: {args.log}: {err.strerror} (only cwm's cuda and cube-cpu builds "
+            "write one, with CWM_KERNEL_PROFILE set)"
+        )
     tables = summary_tables(lines)
     if len(tables) < args.steps:
         print(
@@ -131,8 +137,15 @@ def main():
     launches = sum(row[2] for row in kernels)
     print(
         f"Kernels of one step, mean of the last {args.steps} of {len(tables)} tables in "
-        f"{args.log.name}: {launches:g} launches, {total_ms:.3f} ms of kernel time.\n"
+        f"{args.log.name}: {launches:g} launches, {total_ms:.3f} ms of kernel time."
     )
+    if args.step_s:
+        print(
+            f"A step without the profiler took {1000 * args.step_s:.3f} ms, so the kernels ran "
+            f"for {100 * total_ms / (1000 * args.step_s):.0f} % of it; the rest the device "
+            "waited (for launches, the host's bookkeeping, read-backs)."
+        )
+    print()
     print(table(per_step(steps, kind), total_ms, args.top, "kind of kernel"))
     print()
     print(table(kernels, total_ms, args.top, "kernel"))
