@@ -381,7 +381,10 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         "torch.profiler, reference stack, transformer d128, batch 2 x 8: the 3 timed step(s)",
         "Optimizer.step#AdamW.step",
     ] {
-        assert!(profile.contains(part), "no {part:?} in profile.md:\n{profile}");
+        assert!(
+            profile.contains(part),
+            "no {part:?} in profile.md:\n{profile}"
+        );
     }
     let tables = read("tables.md");
     let round2 = section(&tables, "round2");
@@ -507,7 +510,7 @@ fn a_kernel_profile_becomes_the_table_of_one_step() {
 
 #[test]
 fn the_pytorch_side_writes_its_profiler_s_table_of_the_timed_steps() {
-    if !torch_and_slices() {
+    if !require_python("torch", "pip install torch==2.15.0") {
         return;
     }
     let ws = Workspace::new("torch-profile");

@@ -103,7 +103,8 @@ pub fn causal_attention_train(
 /// Dropout on the attention probabilities: which are kept, and by what they are multiplied.
 #[derive(Debug, Clone)]
 pub struct AttentionDropout {
-    /// Non-zero where a probability is kept, 0 where it is dropped (a dropout mask as drawn).
+    /// `scale` where a probability is kept, 0 where it is dropped (a mask as
+    /// `dropout_mask` draws it).
     pub mask: Tensor<4>,
     /// The factor of a kept probability, `1/keep`.
     pub scale: f32,
@@ -148,8 +149,7 @@ fn forward<B: Backend>(
 /// Which attention probabilities dropout keeps.
 #[derive(ExtensionType, Clone, Debug)]
 pub enum Keep<B: Backend> {
-    /// Dropout: `mask` is non-zero where a probability is kept, 0 where it is dropped; a kept
-    /// one is multiplied by `scale`.
+    /// Dropout: `mask` is `scale` where a probability is kept, 0 where it is dropped.
     Mask {
         /// The mask, in the probabilities' shape.
         mask: FloatTensor<B>,

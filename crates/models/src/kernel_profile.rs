@@ -3,11 +3,11 @@
 //! kernel by kernel.
 //!
 //! With `CWM_KERNEL_PROFILE=FILE`, every kernel the process launches is timed on its own and
-//! written to FILE as a line `| duration | kernel name`; at every read-back from the device
-//! (one per training step) cubecl adds a table of the kernels since the one before: name,
-//! total duration, count and share. `benches/python/kernel_profile.py` turns the last such
-//! tables into one step's table. FILE is written afresh by each process (relative to the
-//! working directory).
+//! written to FILE as a line `| duration | kernel name`; at every device barrier (`cwm model
+//! bench` puts one at the end of each step; autotuning adds its own) cubecl adds a table of the
+//! kernels since the one before: name, total duration, count and share.
+//! `benches/python/kernel_profile.py` turns the last such tables into one step's table. FILE is
+//! written afresh by each process (relative to the working directory).
 //!
 //! Only the profiler's log is switched on. cubecl's own variables for the same
 //! (`CUBECL_DEBUG_LOG` with `CUBECL_DEBUG_OPTION=profile`) also log every autotuning run and
