@@ -12,8 +12,8 @@
 //! Only the profiler's log is switched on. cubecl's own variables for the same
 //! (`CUBECL_DEBUG_LOG` with `CUBECL_DEBUG_OPTION=profile`) also log every autotuning run and
 //! the source of every kernel compiled, which on CUDA means compiling each kernel with debug
-//! information and piping its source through a `clang-format` process; the one run profiled
-//! that way on an H200 did not finish its start-up in the 80 s it had (docs/gpu.md). Timing
+//! information and piping its source through a `clang-format` process, on top of a start-up
+//! that took 86–129 s on an H200 without them (docs/gpu.md). Timing
 //! each kernel on its own slows a step, so a step's figure taken with the profiler is not the
 //! one to compare; the shares are what it is for.
 
