@@ -82,11 +82,11 @@ pub fn dropout_mask<const D: usize>(
     if !module.training.is_enabled() || !device.is_autodiff() || module.prob == 0.0 {
         return None;
     }
-    let keep = 1.0 - module.prob;
+    let (keep, scale) = (1.0 - module.prob, kept_scale(module));
     let _rng = rng_lock();
     if *device != Device::flex() {
         let kept = Tensor::<D>::random(shape, Distribution::Bernoulli(keep), device);
-        return Some(kept * kept_scale(module));
+        return Some(kept * scale);
     }
     // Three 30-bit draws from the backend's generator make the seed of this mask (30 bits: the
     // integer tensors may be i32, and the bound must be representable).
@@ -94,7 +94,7 @@ pub fn dropout_mask<const D: usize>(
         .into_data()
         .iter::<i64>()
         .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF));
-    Some(mask(shape, keep, seed, device))
+    Some(mask(shape, keep, scale, seed, device))
 }
 
 /// The value [`dropout_mask`] gives a kept element: `1/keep`, in f32.
@@ -102,11 +102,18 @@ pub fn kept_scale(module: &Dropout) -> f32 {
     (1.0 / (1.0 - module.prob)) as f32
 }
 
-/// The mask of [`mask_values`] for `seed` and the probability `keep`, as a tensor of `shape`.
-fn mask<const D: usize>(shape: [usize; D], keep: f64, seed: u64, device: &Device) -> Tensor<D> {
+/// The mask of [`mask_values`] for `seed`, the probability `keep` and the kept elements' value
+/// `scale`, as a tensor of `shape`.
+fn mask<const D: usize>(
+    shape: [usize; D],
+    keep: f64,
+    scale: f32,
+    seed: u64,
+    device: &Device,
+) -> Tensor<D> {
     let threshold = (keep * 4_294_967_296.0) as u64;
     let len = shape.iter().product();
-    let values = mask_values(seed, len, threshold, (1.0 / keep) as f32);
+    let values = mask_values(seed, len, threshold, scale);
     Tensor::<D>::from_data(TensorData::new(values, shape), device)
 }
 
@@ -132,7 +139,7 @@ mod tests {
         let device = Device::flex().autodiff();
         let x = Tensor::<2>::ones([64, 64], &device);
         let draw = |seed: u64| {
-            (x.clone() * mask([64, 64], 0.75, seed, &device))
+            (x.clone() * mask([64, 64], 0.75, (1.0f64 / 0.75) as f32, seed, &device))
                 .into_data()
                 .try_to_vec::<f32>()
                 .unwrap()
