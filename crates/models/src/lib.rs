@@ -28,6 +28,7 @@
 
 // `checkpoint` and `interop` stay public: other crates name their items by path
 // (`checkpoint::CONFIG_FILE`, `interop::export_checkpoint`, ...).
+mod adamw_update;
 mod attention;
 pub mod checkpoint;
 mod config;
@@ -72,6 +73,7 @@ pub use model::{Model, StateModel, params, params_of};
 pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.
+pub use adamw_update::{AdamWScalars, AdamWUpdate, adamw_update, adamw_update_by_ops};
 pub use attention::{causal_attention, causal_attention_train};
 pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
 pub use mamba::{Mamba2Mixer, Mamba3Inputs, Mamba3Mixer, Mixer, Pairing, rotate};

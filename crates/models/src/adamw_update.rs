@@ -1,0 +1,538 @@
+//! The AdamW update of one parameter as one operation: the new parameter and both moments from
+//! the old ones and the gradient, in one pass over the four arrays.
+//!
+//! Written with tensor operations the update is a dozen element-wise operations per parameter
+//! (the clipping factor, the decay, two moments, the bias corrections, the step). On the CPU
+//! each is a pass over the parameter's memory; on a GPU each is an operation that burn's fusion
+//! records and plans on the host before the kernels it merges them into run, and for the paper's
+//! d512 transformer (63 parameters) that is some eight hundred operations per step. Here:
+//!
+//! | backend | the update |
+//! |---|---|
+//! | `flex` (the CPU) | one loop over the elements, on rayon's threads, in place where a tensor is not shared |
+//! | cubecl's (`cuda`, `cube-cpu`) | one kernel, recorded by fusion as one operation |
+//! | any other, or a tensor that is not contiguous `f32` | [`adamw_update_by_ops`] |
+//!
+//! Each element goes through the same `f32` operations, in the same order, as
+//! [`adamw_update_by_ops`], so on the CPU the two agree bit for bit (the test
+//! `the_one_pass_update_equals_the_update_by_operations`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::prelude::*;
+
+use crate::error::ModelError;
+
+/// How an optimizer step updates each parameter (`cwm model bench --update`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AdamWUpdate {
+    /// `one-pass`: [`adamw_update`], one operation per parameter (the train stage's).
+    #[default]
+    OnePass,
+    /// `ops`: [`adamw_update_by_ops`], the same step as separate tensor operations: the
+    /// baseline a GPU session times the one-pass update against.
+    Ops,
+}
+
+impl AdamWUpdate {
+    /// Both, in the order of the variants.
+    pub const ALL: [AdamWUpdate; 2] = [AdamWUpdate::OnePass, AdamWUpdate::Ops];
+
+    /// The canonical name (`one-pass`, `ops`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AdamWUpdate::OnePass => "one-pass",
+            AdamWUpdate::Ops => "ops",
+        }
+    }
+
+    /// The update of one parameter, as [`adamw_update`] or [`adamw_update_by_ops`].
+    pub fn apply(
+        self,
+        p: Tensor<1>,
+        g: Tensor<1>,
+        m: Tensor<1>,
+        v: Tensor<1>,
+        scalars: AdamWScalars,
+    ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+        match self {
+            AdamWUpdate::OnePass => adamw_update(p, g, m, v, scalars),
+            AdamWUpdate::Ops => adamw_update_by_ops(p, g, m, v, scalars),
+        }
+    }
+}
+
+impl fmt::Display for AdamWUpdate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AdamWUpdate {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AdamWUpdate::ALL
+            .into_iter()
+            .find(|update| update.name() == s)
+            .ok_or_else(|| ModelError::InvalidConfig {
+                field: "update",
+                reason: format!("{s:?} is not one-pass or ops"),
+            })
+    }
+}
+
+/// The host values of one parameter's update, each already rounded to `f32` as the tensor
+/// operations' scalars are.
+///
+/// ```text
+/// g ← g · clip
+/// p ← p · decay
+/// m ← m + (g − m) · one_minus_beta1
+/// v ← v · beta2 + g² · one_minus_beta2
+/// p ← p − m / (√v / bias2_sqrt + eps) · step_size
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWScalars {
+    /// The global-norm clipping factor, `min(1, clip / (norm + 1e−6))`.
+    pub clip: f32,
+    /// `1 − lr · weight_decay` (1 for a parameter without decay).
+    pub decay: f32,
+    /// `1 − β1`.
+    pub one_minus_beta1: f32,
+    /// `β2`.
+    pub beta2: f32,
+    /// `1 − β2`.
+    pub one_minus_beta2: f32,
+    /// `√(1 − β2ᵗ)`.
+    pub bias2_sqrt: f32,
+    /// `ε`.
+    pub eps: f32,
+    /// `lr / (1 − β1ᵗ)`.
+    pub step_size: f32,
+}
+
+/// The update of the module docs: `(p, m, v)` after one step from the parameter `p`, its
+/// gradient `g` and its moments `m`, `v` (all of one shape, on a device without autodiff: the
+/// optimizer works on the parameters' inner tensors).
+pub fn adamw_update(
+    p: Tensor<1>,
+    g: Tensor<1>,
+    m: Tensor<1>,
+    v: Tensor<1>,
+    scalars: AdamWScalars,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let (p, m, v) = <Dispatch as AdamWOps>::adamw_update(
+        p.into_dispatch(),
+        g.into_dispatch(),
+        m.into_dispatch(),
+        v.into_dispatch(),
+        scalars,
+    );
+    (
+        Tensor::from_dispatch(p),
+        Tensor::from_dispatch(m),
+        Tensor::from_dispatch(v),
+    )
+}
+
+/// [`adamw_update`] as separate tensor operations: what a backend without a one-pass update
+/// runs, and what the one-pass updates are held to.
+pub fn adamw_update_by_ops(
+    p: Tensor<1>,
+    g: Tensor<1>,
+    m: Tensor<1>,
+    v: Tensor<1>,
+    s: AdamWScalars,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let g = g.mul_scalar(s.clip);
+    let p = p.mul_scalar(s.decay);
+    let m = m.clone() + (g.clone() - m).mul_scalar(s.one_minus_beta1);
+    let v = v.mul_scalar(s.beta2) + g.square().mul_scalar(s.one_minus_beta2);
+    let denom = v.clone().sqrt().div_scalar(s.bias2_sqrt).add_scalar(s.eps);
+    let p = p - (m.clone() / denom).mul_scalar(s.step_size);
+    (p, m, v)
+}
+
+/// [`adamw_update_by_ops`] on a backend's primitives.
+fn by_ops<B: Backend>(
+    p: FloatTensor<B>,
+    g: FloatTensor<B>,
+    m: FloatTensor<B>,
+    v: FloatTensor<B>,
+    s: AdamWScalars,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let g = B::float_mul_scalar(g, s.clip.into());
+    let p = B::float_mul_scalar(p, s.decay.into());
+    let m = B::float_add(
+        m.clone(),
+        B::float_mul_scalar(B::float_sub(g.clone(), m), s.one_minus_beta1.into()),
+    );
+    let v = B::float_add(
+        B::float_mul_scalar(v, s.beta2.into()),
+        B::float_mul_scalar(B::float_mul(g.clone(), g), s.one_minus_beta2.into()),
+    );
+    let denom = B::float_add_scalar(
+        B::float_div_scalar(B::float_sqrt(v.clone()), s.bias2_sqrt.into()),
+        s.eps.into(),
+    );
+    let step = B::float_mul_scalar(B::float_div(m.clone(), denom), s.step_size.into());
+    (B::float_sub(p, step), m, v)
+}
+
+/// One element of the update, in the order of [`adamw_update_by_ops`].
+#[inline]
+fn update_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, s: &AdamWScalars) {
+    let g = g * s.clip;
+    let decayed = *p * s.decay;
+    *m += (g - *m) * s.one_minus_beta1;
+    *v = *v * s.beta2 + g * g * s.one_minus_beta2;
+    let denom = v.sqrt() / s.bias2_sqrt + s.eps;
+    *p = decayed - *m / denom * s.step_size;
+}
+
+/// [`update_one`] over slices of one length, written so that the compiler vectorises it (every
+/// index in bounds of all four: no checks in the loop).
+fn update_slices(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: &AdamWScalars) {
+    let n = p.len().min(g.len()).min(m.len()).min(v.len());
+    let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
+    for i in 0..n {
+        update_one(&mut p[i], g[i], &mut m[i], &mut v[i], s);
+    }
+}
+
+/// The one-pass update as a backend operation (see the module docs). The default body is the
+/// update by operations.
+#[backend_extension(
+    Flex,
+    Cube: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Fusion: cfg(any(feature = "cuda", feature = "cube-cpu"))
+)]
+pub trait AdamWOps: Backend {
+    /// `(p, m, v)` after one step (see [`adamw_update`]).
+    #[fusion(meta = |p, _g, _m, _v, _s| (p.clone(), p.clone(), p.clone()))]
+    fn adamw_update(
+        p: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        scalars: AdamWScalars,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        by_ops::<Self>(p, g, m, v, scalars)
+    }
+}
+
+mod flex {
+    use burn::backend::flex::{Flex, FlexTensor};
+    use burn::tensor::DType;
+    use rayon::prelude::*;
+
+    use super::{AdamWOps, AdamWScalars, by_ops, update_slices};
+
+    /// Elements per task: large enough that rayon's bookkeeping is noise, small enough that a
+    /// d128 model's embedding (2.6 M elements) is spread over the threads.
+    const CHUNK: usize = 1 << 14;
+
+    /// Whether `t` is `f32`, contiguous from the start of its buffer.
+    fn whole_f32(t: &FlexTensor) -> bool {
+        t.dtype() == DType::F32
+            && t.layout().contiguous_offsets() == Some((0, t.layout().num_elements()))
+    }
+
+    impl AdamWOps for Flex {
+        fn adamw_update(
+            p: FlexTensor,
+            g: FlexTensor,
+            m: FlexTensor,
+            v: FlexTensor,
+            s: AdamWScalars,
+        ) -> (FlexTensor, FlexTensor, FlexTensor) {
+            let n = p.layout().num_elements();
+            let same = [&g, &m, &v].iter().all(|t| t.layout().num_elements() == n);
+            if !same || ![&p, &g, &m, &v].into_iter().all(whole_f32) {
+                return by_ops::<Flex>(p, g, m, v, s);
+            }
+            let (mut p, mut m, mut v) = (p, m, v);
+            {
+                // Copies first where a tensor is shared (a model kept as a snapshot).
+                let ps = &mut p.storage_mut::<f32>()[..n];
+                let ms = &mut m.storage_mut::<f32>()[..n];
+                let vs = &mut v.storage_mut::<f32>()[..n];
+                let gs = &g.storage::<f32>()[..n];
+                ps.par_chunks_mut(CHUNK)
+                    .zip(ms.par_chunks_mut(CHUNK))
+                    .zip(vs.par_chunks_mut(CHUNK))
+                    .zip(gs.par_chunks(CHUNK))
+                    .for_each(|(((ps, ms), vs), gs)| update_slices(ps, gs, ms, vs, &s));
+            }
+            (p, m, v)
+        }
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+mod cube {
+    use burn::backend::Cube;
+    use burn::cubecl;
+    use burn::cubecl::calculate_cube_count_elemwise;
+    use burn::cubecl::prelude::*;
+    use burn::tensor::DType;
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::tensor::CubeTensor;
+
+    use super::{AdamWOps, AdamWScalars, by_ops};
+
+    /// One element per unit, in the order of [`super::update_one`], in place.
+    #[cube(launch)]
+    #[allow(clippy::too_many_arguments)]
+    fn adamw_kernel(
+        p: &mut Tensor<f32>,
+        g: &Tensor<f32>,
+        m: &mut Tensor<f32>,
+        v: &mut Tensor<f32>,
+        clip: f32,
+        decay: f32,
+        one_minus_beta1: f32,
+        beta2: f32,
+        one_minus_beta2: f32,
+        bias2_sqrt: f32,
+        eps: f32,
+        step_size: f32,
+    ) {
+        let i = ABSOLUTE_POS;
+        if i >= p.len() {
+            terminate!();
+        }
+        let grad = g[i] * clip;
+        let decayed = p[i] * decay;
+        let m_old = m[i];
+        let m_new = m_old + (grad - m_old) * one_minus_beta1;
+        let v_new = v[i] * beta2 + grad * grad * one_minus_beta2;
+        let denom = f32::sqrt(v_new) / bias2_sqrt + eps;
+        p[i] = decayed - m_new / denom * step_size;
+        m[i] = m_new;
+        v[i] = v_new;
+    }
+
+    /// `t` contiguous in a buffer of its own, which the kernel may overwrite: `t` itself when
+    /// nothing else holds its buffer (fusion hands an operation the tensors it consumes).
+    fn writable(t: CubeTensor) -> CubeTensor {
+        let t = into_contiguous(t);
+        if t.can_mut() && t.is_contiguous_buffer() {
+            t
+        } else {
+            t.copy()
+        }
+    }
+
+    impl AdamWOps for CubeBackend {
+        fn adamw_update(
+            p: CubeTensor,
+            g: CubeTensor,
+            m: CubeTensor,
+            v: CubeTensor,
+            s: AdamWScalars,
+        ) -> (CubeTensor, CubeTensor, CubeTensor) {
+            let n = p.meta.shape().num_elements();
+            let fits = [&p, &g, &m, &v]
+                .iter()
+                .all(|t| t.dtype == DType::F32 && t.meta.shape().num_elements() == n);
+            if !fits || n == 0 {
+                return by_ops::<CubeBackend>(p, g, m, v, s);
+            }
+            let (p, m, v) = (writable(p), writable(m), writable(v));
+            let g = into_contiguous(g);
+            let client = p.client.clone();
+            let cube_dim = CubeDim::new(&client, n);
+            let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+            adamw_kernel::launch(
+                &client,
+                cube_count,
+                cube_dim,
+                p.clone().into_tensor_arg(),
+                g.into_tensor_arg(),
+                m.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                s.clip,
+                s.decay,
+                s.one_minus_beta1,
+                s.beta2,
+                s.one_minus_beta2,
+                s.bias2_sqrt,
+                s.eps,
+                s.step_size,
+            );
+            (p, m, v)
+        }
+    }
+
+    // `Cube` is fusion over `CubeBackend`: the macro's `Fusion` implementation records the
+    // kernel above as one operation.
+    const _: fn() = || {
+        fn implements<B: AdamWOps>() {}
+        implements::<Cube>();
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values of every sign and size, with a few zeros and a first step's zero moments.
+    fn case(n: usize, salt: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(salt) >> 8;
+                let unit = x as f32 / (1u32 << 24) as f32 - 0.5;
+                if i % 97 == 0 {
+                    0.0
+                } else {
+                    unit * 10f32.powi((i % 7) as i32 - 4)
+                }
+            })
+            .collect()
+    }
+
+    fn scalars(step: i32) -> AdamWScalars {
+        let (lr, wd, beta1, beta2): (f64, f64, f64, f64) = (3e-4, 0.01, 0.9, 0.95);
+        AdamWScalars {
+            clip: 0.37,
+            decay: (1.0 - lr * wd) as f32,
+            one_minus_beta1: (1.0 - beta1) as f32,
+            beta2: beta2 as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            bias2_sqrt: (1.0 - beta2.powi(step)).sqrt() as f32,
+            eps: 1e-8,
+            step_size: (lr / (1.0 - beta1.powi(step))) as f32,
+        }
+    }
+
+    fn bits(t: Tensor<1>) -> Vec<u32> {
+        t.into_data()
+            .try_to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect()
+    }
+
+    /// How many elements of `a` and `b` differ in any bit, and the first that does.
+    fn differing(a: Tensor<1>, b: Tensor<1>) -> (usize, Option<usize>) {
+        let (a, b) = (bits(a), bits(b));
+        assert_eq!(a.len(), b.len());
+        let diff: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+        (diff.len(), diff.first().copied())
+    }
+
+    #[test]
+    fn the_update_s_names_round_trip_and_an_unknown_one_is_refused() {
+        for update in AdamWUpdate::ALL {
+            assert_eq!(update.name().parse::<AdamWUpdate>().unwrap(), update);
+        }
+        let err = "fused".parse::<AdamWUpdate>().unwrap_err().to_string();
+        assert!(err.contains("one-pass or ops"), "{err}");
+    }
+
+    #[test]
+    fn the_one_pass_update_equals_the_update_by_operations() {
+        let device = Device::flex();
+        // Past one chunk, so that the threads split it.
+        let n = 40_000;
+        let tensor =
+            |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), &device);
+        for (step, first) in [(1, true), (7, false)] {
+            let [p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
+            let (m, v) = if first {
+                (vec![0.0; n], vec![0.0; n])
+            } else {
+                (m, v.into_iter().map(f32::abs).collect())
+            };
+            let s = scalars(step);
+            let by_ops = adamw_update_by_ops(
+                tensor(p.clone()),
+                tensor(g.clone()),
+                tensor(m.clone()),
+                tensor(v.clone()),
+                s,
+            );
+            // The parameter shared with a snapshot: updated in a copy, the snapshot untouched.
+            let snapshot = tensor(p.clone());
+            let one_pass = adamw_update(snapshot.clone(), tensor(g), tensor(m), tensor(v), s);
+            let none = (0, None);
+            assert_eq!(
+                differing(one_pass.0, by_ops.0),
+                none,
+                "parameter, step {step}"
+            );
+            assert_eq!(
+                differing(one_pass.1, by_ops.1),
+                none,
+                "first moment, step {step}"
+            );
+            assert_eq!(
+                differing(one_pass.2, by_ops.2),
+                none,
+                "second moment, step {step}"
+            );
+            assert_eq!(differing(snapshot, tensor(p)), none, "the snapshot changed");
+        }
+    }
+
+    /// The kernel against fusion's kernels for the same operations, on cubecl's CPU runtime
+    /// (`cargo test --release -p cwm-models --features cube-cpu --lib adamw_update`, with the
+    /// LLVM that docs/build-cuda-offline.sh sets up).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn the_kernel_equals_the_update_by_operations_on_cube_cpu() {
+        let device = crate::device_by_name("cube-cpu").unwrap();
+        let n = 5_000;
+        let tensor =
+            |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), &device);
+        let [p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
+        let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
+        let s = scalars(5);
+        let inputs = || [&p, &g, &m, &v].map(|values| tensor(values.clone()));
+        let [p1, g1, m1, v1] = inputs();
+        let by_ops = adamw_update_by_ops(p1, g1, m1, v1, s);
+        let [p2, g2, m2, v2] = inputs();
+        let kernel = adamw_update(p2, g2, m2, v2, s);
+        for (name, a, b) in [
+            ("parameter", kernel.0, by_ops.0),
+            ("first moment", kernel.1, by_ops.1),
+            ("second moment", kernel.2, by_ops.2),
+        ] {
+            let (a, b) = (bits(a), bits(b));
+            // Within one unit in the last place: a compiler may contract a product and a sum
+            // into one rounding in one kernel and not in the other.
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| (x as i64 - y as i64).unsigned_abs())
+                .max()
+                .unwrap();
+            assert!(worst <= 1, "{name}: {worst} units in the last place apart");
+        }
+    }
+
+    #[test]
+    fn a_view_into_a_larger_buffer_takes_the_update_by_operations() {
+        let device = Device::flex();
+        // The second half of a buffer: contiguous, but not from the buffer's start.
+        let half = |salt| {
+            Tensor::<1>::from_data(TensorData::new(case(128, salt), [128]), &device)
+                .narrow(0, 64, 64)
+        };
+        let s = scalars(3);
+        let [p, g, m] = [1, 2, 3].map(half);
+        let v = half(4).abs();
+        let expected = adamw_update_by_ops(p.clone(), g.clone(), m.clone(), v.clone(), s);
+        let got = adamw_update(p, g, m, v, s);
+        assert_eq!(differing(got.0, expected.0), (0, None));
+        assert_eq!(differing(got.1, expected.1), (0, None));
+        assert_eq!(differing(got.2, expected.2), (0, None));
+    }
+}
