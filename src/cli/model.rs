@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
-use cwm_models::{Family, LossKernel, ModelConfig, Precision, Size};
+use cwm_models::{AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
 use super::Context;
@@ -82,6 +82,11 @@ pub struct BenchArgs {
     /// only.
     #[arg(long, default_value = "auto")]
     loss: LossKernel,
+    /// How the optimizer updates each parameter: one-pass (the train stage's: one operation
+    /// per parameter, a loop on the CPU and one kernel on a GPU) or ops (the same arithmetic as
+    /// separate tensor operations, the baseline to time it against).
+    #[arg(long, default_value = "one-pass")]
+    update: AdamWUpdate,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -173,6 +178,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     let mut options = ThroughputOptions::new(model, device);
     options.precision = args.precision;
     options.loss = args.loss;
+    options.update = args.update;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
     let figures =
@@ -184,6 +190,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "chunk_size": figures.chunk_size,
             "precision": figures.precision.name(),
             "loss": figures.loss.name(),
+            "update": figures.update.name(),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -206,10 +213,11 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             format!("; the first warm-up step took {s:.1} s")
         });
         outln!(
-            "{arch} {size} on {device} in {}, {} loss: {:.0} tokens/s ({:.4} s per step of {} \
-             x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{first})",
+            "{arch} {size} on {device} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per \
+             step of {} x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{first})",
             figures.precision,
             figures.loss,
+            figures.update,
             figures.tokens_per_s,
             figures.median_step_s,
             args.batch,

@@ -11,6 +11,10 @@
 //! p ← p − lr / (1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + ε)
 //! ```
 //!
+//! Each parameter's update is one operation, [`cwm_models::adamw_update`] (one pass over its
+//! memory on the CPU, one kernel on a GPU), with the same `f32` arithmetic as written above;
+//! [`AdamWConfig::update`] can ask for separate tensor operations instead.
+//!
 //! Clipping: the global L2 norm `N` over all gradients; every gradient is scaled by
 //! `min(1, clip / (N + 1e−6))`. A non-finite `N` skips the update (no state changes).
 //!
@@ -23,6 +27,7 @@ use std::collections::BTreeMap;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
+use cwm_models::{AdamWScalars, AdamWUpdate};
 
 use crate::TrainError;
 
@@ -42,6 +47,8 @@ pub struct AdamWConfig {
     /// Last path components of the parameters that get no weight decay (for `gdn`/`gdn_pos`:
     /// `a_log` and `dt_bias`; empty for the other families).
     pub no_decay: Vec<String>,
+    /// How each parameter is updated (the same arithmetic either way).
+    pub update: AdamWUpdate,
 }
 
 impl AdamWConfig {
@@ -54,6 +61,7 @@ impl AdamWConfig {
             weight_decay,
             grad_clip,
             no_decay: Vec::new(),
+            update: AdamWUpdate::OnePass,
         }
     }
 
@@ -207,27 +215,26 @@ impl ModuleMapper for UpdateMapper<'_> {
         let dims = tensor.dims();
         let n = tensor.shape().num_elements();
         let c = self.config;
-        let grad = grad.reshape([n]).mul_scalar(self.clip_coef as f32);
-        let mut p = tensor.inner().reshape([n]);
-        let wd = if c.decays(&path) { c.weight_decay } else { 0.0 };
+        let grad = grad.reshape([n]);
+        let p = tensor.inner().reshape([n]);
         // torch multiplies by (1 − lr·wd) unconditionally; with wd = 0 that is × 1.0.
-        p = p.mul_scalar((1.0 - self.lr * wd) as f32);
+        let wd = if c.decays(&path) { c.weight_decay } else { 0.0 };
         let previous = self.states.remove(&path);
         let (step, m, v) = match previous {
             Some(Moments { step, m, v }) => (step + 1, m, v),
             None => (1, grad.zeros_like(), grad.zeros_like()),
         };
-        let m = m.clone() + (grad.clone() - m).mul_scalar((1.0 - c.beta1) as f32);
-        let v = v.mul_scalar(c.beta2 as f32) + grad.square().mul_scalar((1.0 - c.beta2) as f32);
-        let bias1 = 1.0 - c.beta1.powi(step as i32);
-        let bias2_sqrt = (1.0 - c.beta2.powi(step as i32)).sqrt();
-        let step_size = self.lr / bias1;
-        let denom = v
-            .clone()
-            .sqrt()
-            .div_scalar(bias2_sqrt as f32)
-            .add_scalar(c.eps as f32);
-        let p = p - (m.clone() / denom).mul_scalar(step_size as f32);
+        let scalars = AdamWScalars {
+            clip: self.clip_coef as f32,
+            decay: (1.0 - self.lr * wd) as f32,
+            one_minus_beta1: (1.0 - c.beta1) as f32,
+            beta2: c.beta2 as f32,
+            one_minus_beta2: (1.0 - c.beta2) as f32,
+            bias2_sqrt: (1.0 - c.beta2.powi(step as i32)).sqrt() as f32,
+            eps: c.eps as f32,
+            step_size: (self.lr / (1.0 - c.beta1.powi(step as i32))) as f32,
+        };
+        let (p, m, v) = c.update.apply(p, grad, m, v, scalars);
         self.states.insert(path, Moments { step, m, v });
         let mut value = Tensor::from_inner(p.reshape(dims));
         if require_grad {

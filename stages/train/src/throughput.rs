@@ -17,8 +17,8 @@ use std::time::Instant;
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
-    Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN, StateModel,
-    device_by_name, label_classes, rng_lock,
+    AdamWUpdate, Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN,
+    StateModel, device_by_name, label_classes, rng_lock,
 };
 
 use crate::adamw::{AdamW, AdamWConfig, params_finite};
@@ -48,6 +48,9 @@ pub struct ThroughputOptions {
     pub precision: Option<Precision>,
     /// How the loss is computed ([`LossKernel::Auto`], the train stage's choice, by default).
     pub loss: LossKernel,
+    /// How the optimizer updates each parameter ([`AdamWUpdate::OnePass`], the train
+    /// stage's, by default).
+    pub update: AdamWUpdate,
 }
 
 impl ThroughputOptions {
@@ -64,6 +67,7 @@ impl ThroughputOptions {
             seed: 0,
             precision: None,
             loss: LossKernel::Auto,
+            update: AdamWUpdate::OnePass,
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct Throughput {
     pub precision: Precision,
     /// The loss kernel the steps ran ([`LossKernel::Auto`] resolved for the device).
     pub loss: LossKernel,
+    /// The optimizer's update of each parameter.
+    pub update: AdamWUpdate,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -147,7 +153,10 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         TensorData::new(vec![true; batch * seq], [batch, seq]),
         &device,
     );
-    let mut optim = AdamW::new(AdamWConfig::new(0.95, 0.01, 1.0));
+    let mut optim = AdamW::new(AdamWConfig {
+        update: options.update,
+        ..AdamWConfig::new(0.95, 0.01, 1.0)
+    });
     let mut step_s = Vec::with_capacity(options.steps);
     let mut warmup_s = Vec::with_capacity(options.warmup);
     let mut last_loss = f64::NAN;
@@ -205,6 +214,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         peak_reserved_bytes,
         precision: config.precision,
         loss: options.loss.on(&device),
+        update: options.update,
     })
 }
 
