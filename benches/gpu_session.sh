@@ -18,8 +18,11 @@
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   5. round1: every family at d128 and d512, one round;
 #   6. fused-device: the cells of step 5 with cwm's loss fused on the device;
-#   7. round2: a second round of step 5 (the table docs/gpu.md carries);
-#   8. all-sizes: d256 and d384 too.
+#   7. update-ops: the transformer's cells of step 5 (with FAMILIES other than all, its
+#      families') with the optimizer's update as separate tensor operations, the baseline of
+#      the one-pass update cwm runs by default;
+#   8. round2: a second round of step 5 (the table docs/gpu.md carries);
+#   9. all-sizes: d256 and d384 too.
 #
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
 # an H200 without a cache); with CWM_KERNEL_CACHE pointing at $KERNEL_CACHE, later processes
@@ -37,7 +40,7 @@
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6, 7),
 # PROFILE_SIZES (d512,d128: step 4),
-# MORE_SIZES (d256,d384: step 8; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# MORE_SIZES (d256,d384: step 9; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
 # (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
@@ -231,6 +234,8 @@ fi
 profile
 compare round1 "$FAMILIES" "$SIZES" 1
 compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
+if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
+compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare round2 "$FAMILIES" "$SIZES" 2
 if [ -n "$MORE_SIZES" ]; then
   compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2

@@ -23,7 +23,8 @@ error's last line, the other cells go on, and the exit status is 1.
 ``--cwm-args`` times a variant of cwm's step (``"--loss fused-device"``, ``"--chunk-size
 32"``): the arguments go to every ``cwm model bench`` and into the cwm side's record, so a run
 with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
-reuses PyTorch's. The column before the last names the loss kernel cwm ran; the last gives
+reuses PyTorch's. The column before the last names the loss kernel and the optimizer's update
+cwm ran (``--update ops``: the update as separate tensor operations); the last gives
 the time of cwm's first warm-up step (median over rounds), which on a GPU holds the compilation
 and autotuning of the step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had.
 
@@ -219,7 +220,8 @@ def row(arch, size, figures):
         torch_memory += f" ({mib(last['peak_allocated_bytes'])})"
     ours_last = figures["cwm"][-1]
     notes = (
-        f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss; "
+        f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
+        f"{ours_last.get('update', 'one-pass')} update; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
     )
     firsts = [f["warmup_s"][0] for f in figures["cwm"] if f.get("warmup_s")]

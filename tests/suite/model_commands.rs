@@ -53,6 +53,7 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert_eq!(zero.status.code(), Some(2), "a chunk of 0 steps is refused");
     // The CPU's loss kernel unless the command names one.
     assert_eq!(figures["loss"], "fused-cpu", "{figures}");
+    assert_eq!(figures["update"], "one-pass", "{figures}");
     let device_loss = [&args[..], &["--loss", "fused-device"]].concat();
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&device_loss)).expect("JSON");
     assert_eq!(figures["loss"], "fused-device", "{figures}");
@@ -63,6 +64,22 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
         unknown.status.code(),
         Some(2),
         "an unknown kernel is refused"
+    );
+    // The optimizer's update as separate operations: the same arithmetic, so on the CPU the
+    // same loss after the updates, to the last bit.
+    let one_pass: serde_json::Value = serde_json::from_str(&ws.ok(&args)).expect("JSON");
+    let by_ops = [&args[..], &["--update", "ops"]].concat();
+    let by_ops: serde_json::Value = serde_json::from_str(&ws.ok(&by_ops)).expect("JSON");
+    assert_eq!(by_ops["update"], "ops", "{by_ops}");
+    assert_eq!(
+        by_ops["last_loss"], one_pass["last_loss"],
+        "{by_ops} {one_pass}"
+    );
+    let unknown = ws.cwm(&[&args[..], &["--update", "fused"]].concat());
+    assert_eq!(
+        unknown.status.code(),
+        Some(2),
+        "an unknown update is refused"
     );
 }
 
@@ -141,7 +158,7 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     let ratio = format!("{:.2}×", median("cwm") / median("torch"));
     assert_eq!(cells[5], ratio, "{cells:?}");
     assert!(
-        cells[8].starts_with("cwm f32, fused-cpu loss; PyTorch "),
+        cells[8].starts_with("cwm f32, fused-cpu loss, one-pass update; PyTorch "),
         "{cells:?}"
     );
     assert_eq!(
@@ -205,7 +222,7 @@ fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
     assert!(!stderr.contains("round 1: torch"), "{stderr}");
     let cells = table_row(&out, "slice_diag");
     assert!(
-        cells[8].starts_with("cwm f32, fused-device loss; PyTorch "),
+        cells[8].starts_with("cwm f32, fused-device loss, one-pass update; PyTorch "),
         "{cells:?}"
     );
     assert_eq!(
@@ -367,7 +384,14 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         .collect();
     assert_eq!(
         steps,
-        ["profile", "round1", "fused-device", "round2", "finished"],
+        [
+            "profile",
+            "round1",
+            "fused-device",
+            "update-ops",
+            "round2",
+            "finished"
+        ],
         "{summary}"
     );
     // The profile: both sides' output; on the CPU only the reference has a table (torch's
@@ -392,13 +416,18 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     assert_eq!(table_row(round2, "slice_diag")[2], "d128");
     assert!(
         table_row(section(&tables, "fused-device"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-device loss;"),
+            .starts_with("cwm f32, fused-device loss, one-pass update;"),
+        "{tables}"
+    );
+    assert!(
+        table_row(section(&tables, "update-ops"), "slice_diag")[8]
+            .starts_with("cwm f32, fused-cpu loss, ops update;"),
         "{tables}"
     );
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
-    // Two rounds of both sides, and cwm's variant once.
+    // Two rounds of both sides, and cwm's two variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 5, "{lines}");
+    assert_eq!(lines.lines().count(), 6, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 
