@@ -1,16 +1,16 @@
 //! The AdamW update of one parameter as one operation: the new parameter and both moments from
 //! the old ones and the gradient, in one pass over the four arrays.
 //!
-//! Written with tensor operations the update is a dozen element-wise operations per parameter
+//! Written with tensor operations the update is fifteen element-wise operations per parameter
 //! (the clipping factor, the decay, two moments, the bias corrections, the step). On the CPU
 //! each is a pass over the parameter's memory; on a GPU each is an operation that burn's fusion
-//! records and plans on the host before the kernels it merges them into run, and for the paper's
-//! d512 transformer (63 parameters) that is some eight hundred operations per step. Here:
+//! records and plans on the host before the kernels it merges them into run: 960 per step for
+//! the d512 transformer's 64 parameters. Here:
 //!
 //! | backend | the update |
 //! |---|---|
 //! | `flex` (the CPU) | one loop over the elements, on rayon's threads, in place where a tensor is not shared |
-//! | cubecl's (`cuda`, `cube-cpu`) | one kernel, recorded by fusion as one operation |
+//! | cubecl's (`cuda`, `cube-cpu`) | one kernel, in place where nothing else holds the tensors, recorded by fusion as one operation |
 //! | any other, or a tensor that is not contiguous `f32` | [`adamw_update_by_ops`] |
 //!
 //! Each element goes through the same `f32` operations, in the same order, as
@@ -236,6 +236,10 @@ mod flex {
     /// d128 model's embedding (2.6 M elements) is spread over the threads.
     const CHUNK: usize = 1 << 14;
 
+    /// Up to this many elements the update runs on the calling thread: below it, handing
+    /// chunks to rayon's threads cost more than it saved (the `adamw_update` bench).
+    const SERIAL: usize = 1 << 16;
+
     /// Whether `t` is `f32`, contiguous from the start of its buffer.
     fn whole_f32(t: &FlexTensor) -> bool {
         t.dtype() == DType::F32
@@ -262,11 +266,15 @@ mod flex {
                 let ms = &mut m.storage_mut::<f32>()[..n];
                 let vs = &mut v.storage_mut::<f32>()[..n];
                 let gs = &g.storage::<f32>()[..n];
-                ps.par_chunks_mut(CHUNK)
-                    .zip(ms.par_chunks_mut(CHUNK))
-                    .zip(vs.par_chunks_mut(CHUNK))
-                    .zip(gs.par_chunks(CHUNK))
-                    .for_each(|(((ps, ms), vs), gs)| update_slices(ps, gs, ms, vs, &s));
+                if n <= SERIAL {
+                    update_slices(ps, gs, ms, vs, &s);
+                } else {
+                    ps.par_chunks_mut(CHUNK)
+                        .zip(ms.par_chunks_mut(CHUNK))
+                        .zip(vs.par_chunks_mut(CHUNK))
+                        .zip(gs.par_chunks(CHUNK))
+                        .for_each(|(((ps, ms), vs), gs)| update_slices(ps, gs, ms, vs, &s));
+                }
             }
             (p, m, v)
         }
