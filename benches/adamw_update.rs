@@ -34,17 +34,7 @@ const SIZES: [(&str, usize); 2] = [
 ];
 
 fn scalars() -> AdamWScalars {
-    let (lr, wd, beta1, beta2, step): (f64, f64, f64, f64, i32) = (3e-4, 0.01, 0.9, 0.95, 10);
-    AdamWScalars {
-        clip: 0.5,
-        decay: (1.0 - lr * wd) as f32,
-        one_minus_beta1: (1.0 - beta1) as f32,
-        beta2: beta2 as f32,
-        one_minus_beta2: (1.0 - beta2) as f32,
-        bias2_sqrt: (1.0 - beta2.powi(step)).sqrt() as f32,
-        eps: 1e-8,
-        step_size: (lr / (1.0 - beta1.powi(step))) as f32,
-    }
+    AdamWScalars::at_step(10, 3e-4, 0.01, (0.9, 0.95), 1e-8, 0.5)
 }
 
 /// Parameter, gradient and both moments of `n` elements.

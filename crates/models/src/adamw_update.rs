@@ -115,6 +115,32 @@ pub struct AdamWScalars {
     pub step_size: f32,
 }
 
+impl AdamWScalars {
+    /// The scalars of AdamW's step `step` (1-based) for a parameter with decay `weight_decay`
+    /// (0 for one without) and the clipping factor `clip`, each computed in `f64` and rounded
+    /// to `f32`, as `torch.optim.AdamW`'s hyper-parameters are.
+    pub fn at_step(
+        step: u64,
+        lr: f64,
+        weight_decay: f64,
+        (beta1, beta2): (f64, f64),
+        eps: f64,
+        clip: f64,
+    ) -> AdamWScalars {
+        let step = i32::try_from(step).unwrap_or(i32::MAX);
+        AdamWScalars {
+            clip: clip as f32,
+            decay: (1.0 - lr * weight_decay) as f32,
+            one_minus_beta1: (1.0 - beta1) as f32,
+            beta2: beta2 as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            bias2_sqrt: (1.0 - beta2.powi(step)).sqrt() as f32,
+            eps: eps as f32,
+            step_size: (lr / (1.0 - beta1.powi(step))) as f32,
+        }
+    }
+}
+
 /// The update of the module docs: `(p, m, v)` after one step from the parameter `p`, its
 /// gradient `g` and its moments `m`, `v` (all of one shape, on a device without autodiff: the
 /// optimizer works on the parameters' inner tensors).
@@ -405,18 +431,8 @@ mod tests {
             .collect()
     }
 
-    fn scalars(step: i32) -> AdamWScalars {
-        let (lr, wd, beta1, beta2): (f64, f64, f64, f64) = (3e-4, 0.01, 0.9, 0.95);
-        AdamWScalars {
-            clip: 0.37,
-            decay: (1.0 - lr * wd) as f32,
-            one_minus_beta1: (1.0 - beta1) as f32,
-            beta2: beta2 as f32,
-            one_minus_beta2: (1.0 - beta2) as f32,
-            bias2_sqrt: (1.0 - beta2.powi(step)).sqrt() as f32,
-            eps: 1e-8,
-            step_size: (lr / (1.0 - beta1.powi(step))) as f32,
-        }
+    fn scalars(step: u64) -> AdamWScalars {
+        AdamWScalars::at_step(step, 3e-4, 0.01, (0.9, 0.95), 1e-8, 0.37)
     }
 
     fn bits(t: Tensor<1>) -> Vec<u32> {

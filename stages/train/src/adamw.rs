@@ -224,16 +224,8 @@ impl ModuleMapper for UpdateMapper<'_> {
             Some(Moments { step, m, v }) => (step + 1, m, v),
             None => (1, grad.zeros_like(), grad.zeros_like()),
         };
-        let scalars = AdamWScalars {
-            clip: self.clip_coef as f32,
-            decay: (1.0 - self.lr * wd) as f32,
-            one_minus_beta1: (1.0 - c.beta1) as f32,
-            beta2: c.beta2 as f32,
-            one_minus_beta2: (1.0 - c.beta2) as f32,
-            bias2_sqrt: (1.0 - c.beta2.powi(step as i32)).sqrt() as f32,
-            eps: c.eps as f32,
-            step_size: (self.lr / (1.0 - c.beta1.powi(step as i32))) as f32,
-        };
+        let betas = (c.beta1, c.beta2);
+        let scalars = AdamWScalars::at_step(step, self.lr, wd, betas, c.eps, self.clip_coef);
         let (p, m, v) = c.update.apply(p, grad, m, v, scalars);
         self.states.insert(path, Moments { step, m, v });
         let mut value = Tensor::from_inner(p.reshape(dims));
