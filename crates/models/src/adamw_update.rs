@@ -177,7 +177,9 @@ pub fn adamw_update_by_ops(
     let g = g.mul_scalar(s.clip);
     let p = p.mul_scalar(s.decay);
     let m = m.clone() + (g.clone() - m).mul_scalar(s.one_minus_beta1);
-    let v = v.mul_scalar(s.beta2) + g.square().mul_scalar(s.one_minus_beta2);
+    // g · g, not `square` (a power, which a GPU may not round as the product): the same
+    // operation as the one-pass updates'.
+    let v = v.mul_scalar(s.beta2) + (g.clone() * g.clone()).mul_scalar(s.one_minus_beta2);
     let denom = v.clone().sqrt().div_scalar(s.bias2_sqrt).add_scalar(s.eps);
     let p = p - (m.clone() / denom).mul_scalar(s.step_size);
     (p, m, v)
