@@ -12,21 +12,20 @@
 //! RAYON_NUM_THREADS=1 cargo bench --bench adamw_update      # one thread
 //! ```
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use burn::prelude::*;
 use criterion::{Criterion, SamplingMode};
 use cwm_models::{AdamWScalars, adamw_update, adamw_update_by_ops};
 
+#[path = "support/samples.rs"]
+mod samples;
+use samples::{median_seconds, record};
+
 /// The `cwm` binary's allocator (see `src/main.rs`), so the bench measures what `cwm` runs.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Seconds per call, by name, of every timed call.
-static SAMPLES: Mutex<BTreeMap<String, Vec<f64>>> = Mutex::new(BTreeMap::new());
 
 const SIZES: [(&str, usize); 2] = [
     ("embedding 20482x128", 20_482 * 128),
@@ -80,12 +79,7 @@ fn bench(c: &mut Criterion) {
                         let out = update(p, g, m, v, s);
                         let took = start.elapsed();
                         drop(out);
-                        SAMPLES
-                            .lock()
-                            .unwrap()
-                            .entry(name.clone())
-                            .or_default()
-                            .push(took.as_secs_f64());
+                        record(&name, took.as_secs_f64());
                         total += took;
                     }
                     total
@@ -96,20 +90,13 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-fn median(name: &str) -> Option<f64> {
-    let samples = SAMPLES.lock().unwrap();
-    let mut values = samples.get(name)?.clone();
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
-}
-
 fn summary() -> String {
     let mut out = String::from(
         "cwm AdamW update summary (median ms per call, the one pass against the operations)\n",
     );
     for (label, _) in SIZES {
-        let one = median(&format!("{label}/one pass"));
-        let ops = median(&format!("{label}/by operations"));
+        let one = median_seconds(&format!("{label}/one pass"));
+        let ops = median_seconds(&format!("{label}/by operations"));
         if let (Some(one), Some(ops)) = (one, ops) {
             let _ = writeln!(
                 out,

@@ -37,7 +37,6 @@ use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -49,24 +48,12 @@ use cwm_stage_data::{
 use pgn_reader::{RawTag, Reader, SanPlus, Visitor};
 use shakmaty::{Chess, Position};
 
+#[path = "support/samples.rs"]
+mod samples;
+use samples::{median_seconds, record};
+
 /// Random games per measured iteration of `random_uniform`.
 const RANDOM_GAMES: usize = 2_000;
-
-/// Seconds per iteration recorded by the Rust benches, by figure name.
-static SAMPLES: Mutex<BTreeMap<String, Vec<f64>>> = Mutex::new(BTreeMap::new());
-
-fn record(name: &str, seconds: f64) {
-    if let Ok(mut samples) = SAMPLES.lock() {
-        samples.entry(name.to_owned()).or_default().push(seconds);
-    }
-}
-
-fn median_seconds(name: &str) -> Option<f64> {
-    let samples = SAMPLES.lock().ok()?;
-    let mut values = samples.get(name)?.clone();
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
-}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -151,7 +151,28 @@ pub fn adamw_update(
     v: Tensor<1>,
     scalars: AdamWScalars,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let (p, m, v) = <Dispatch as AdamWOps>::adamw_update(
+    on_tensors(<Dispatch as AdamWOps>::adamw_update, [p, g, m, v], scalars)
+}
+
+/// [`adamw_update`] as separate tensor operations: what a backend without a one-pass update
+/// runs, and what the one-pass updates are held to.
+pub fn adamw_update_by_ops(
+    p: Tensor<1>,
+    g: Tensor<1>,
+    m: Tensor<1>,
+    v: Tensor<1>,
+    scalars: AdamWScalars,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    on_tensors(by_ops::<Dispatch>, [p, g, m, v], scalars)
+}
+
+/// An update of `Dispatch`'s primitives, on tensors.
+fn on_tensors(
+    update: fn(Primitive, Primitive, Primitive, Primitive, AdamWScalars) -> Update<Primitive>,
+    [p, g, m, v]: [Tensor<1>; 4],
+    scalars: AdamWScalars,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let (p, m, v) = update(
         p.into_dispatch(),
         g.into_dispatch(),
         m.into_dispatch(),
@@ -165,27 +186,13 @@ pub fn adamw_update(
     )
 }
 
-/// [`adamw_update`] as separate tensor operations: what a backend without a one-pass update
-/// runs, and what the one-pass updates are held to.
-pub fn adamw_update_by_ops(
-    p: Tensor<1>,
-    g: Tensor<1>,
-    m: Tensor<1>,
-    v: Tensor<1>,
-    s: AdamWScalars,
-) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let g = g.mul_scalar(s.clip);
-    let p = p.mul_scalar(s.decay);
-    let m = m.clone() + (g.clone() - m).mul_scalar(s.one_minus_beta1);
-    // g · g, not `square` (a power, which a GPU may not round as the product): the same
-    // operation as the one-pass updates'.
-    let v = v.mul_scalar(s.beta2) + (g.clone() * g.clone()).mul_scalar(s.one_minus_beta2);
-    let denom = v.clone().sqrt().div_scalar(s.bias2_sqrt).add_scalar(s.eps);
-    let p = p - (m.clone() / denom).mul_scalar(s.step_size);
-    (p, m, v)
-}
+type Primitive = FloatTensor<Dispatch>;
 
-/// [`adamw_update_by_ops`] on a backend's primitives.
+/// A parameter and its two moments after an update.
+type Update<T> = (T, T, T);
+
+/// The update as separate operations on a backend's primitives. `g · g`, not a power, which
+/// a GPU need not round as the product: the one-pass updates' operation.
 fn by_ops<B: Backend>(
     p: FloatTensor<B>,
     g: FloatTensor<B>,
@@ -311,7 +318,6 @@ mod flex {
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 mod cube {
-    use burn::backend::Cube;
     use burn::cubecl;
     use burn::cubecl::calculate_cube_count_elemwise;
     use burn::cubecl::prelude::*;
@@ -365,6 +371,8 @@ mod cube {
         }
     }
 
+    // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
+    // implementation records this kernel as one operation.
     impl AdamWOps for CubeBackend {
         fn adamw_update(
             p: CubeTensor,
@@ -405,13 +413,6 @@ mod cube {
             (p, m, v)
         }
     }
-
-    // `Cube` is fusion over `CubeBackend`: the macro's `Fusion` implementation records the
-    // kernel above as one operation.
-    const _: fn() = || {
-        fn implements<B: AdamWOps>() {}
-        implements::<Cube>();
-    };
 }
 
 #[cfg(test)]

@@ -96,8 +96,6 @@ pub struct Throughput {
     pub precision: Precision,
     /// The loss kernel the steps ran ([`LossKernel::Auto`] resolved for the device).
     pub loss: LossKernel,
-    /// The optimizer's update of each parameter.
-    pub update: AdamWUpdate,
 }
 
 /// A 64-bit LCG for the synthetic batch.
@@ -214,7 +212,6 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         peak_reserved_bytes,
         precision: config.precision,
         loss: options.loss.on(&device),
-        update: options.update,
     })
 }
 
