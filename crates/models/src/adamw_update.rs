@@ -13,6 +13,11 @@
 //! | cubecl's (`cuda`, `cube-cpu`) | one kernel, in place where nothing else holds the tensors, recorded by fusion as one operation |
 //! | any other, or a tensor that is not contiguous `f32` | [`adamw_update_by_ops`] |
 //!
+//! The gradient-norm clipping factor comes as a one-element tensor, `coef`, computed on the
+//! device from the global norm, so that an optimizer can queue the whole step before it reads
+//! anything back; a NaN there (the loss or the norm was not finite) leaves parameter and
+//! moments as they are, as a skipped step must.
+//!
 //! Each element goes through the same `f32` operations, in the same order, as
 //! [`adamw_update_by_ops`], so on the CPU the two agree bit for bit (the test
 //! `the_one_pass_update_equals_the_update_by_operations`).
@@ -20,8 +25,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::backend::tensor::{BoolTensor, FloatTensor};
+use burn::backend::{Backend, Dispatch, TensorMetadata, backend_extension, get_device_settings};
 use burn::prelude::*;
 
 use crate::error::ModelError;
@@ -52,15 +57,13 @@ impl AdamWUpdate {
     /// The update of one parameter, as [`adamw_update`] or [`adamw_update_by_ops`].
     pub fn apply(
         self,
-        p: Tensor<1>,
-        g: Tensor<1>,
-        m: Tensor<1>,
-        v: Tensor<1>,
+        [p, g, m, v]: [Tensor<1>; 4],
+        coef: Tensor<1>,
         scalars: AdamWScalars,
     ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
         match self {
-            AdamWUpdate::OnePass => adamw_update(p, g, m, v, scalars),
-            AdamWUpdate::Ops => adamw_update_by_ops(p, g, m, v, scalars),
+            AdamWUpdate::OnePass => adamw_update([p, g, m, v], coef, scalars),
+            AdamWUpdate::Ops => adamw_update_by_ops([p, g, m, v], coef, scalars),
         }
     }
 }
@@ -86,10 +89,10 @@ impl FromStr for AdamWUpdate {
 }
 
 /// The host values of one parameter's update, each already rounded to `f32` as the tensor
-/// operations' scalars are.
+/// operations' scalars are (`coef`, the clipping factor, is a tensor on the device).
 ///
 /// ```text
-/// g ← g · clip
+/// g ← g · coef
 /// p ← p · decay
 /// m ← m + (g − m) · one_minus_beta1
 /// v ← v · beta2 + g² · one_minus_beta2
@@ -97,8 +100,6 @@ impl FromStr for AdamWUpdate {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamWScalars {
-    /// The global-norm clipping factor, `min(1, clip / (norm + 1e−6))`.
-    pub clip: f32,
     /// `1 − lr · weight_decay` (1 for a parameter without decay).
     pub decay: f32,
     /// `1 − β1`.
@@ -117,19 +118,17 @@ pub struct AdamWScalars {
 
 impl AdamWScalars {
     /// The scalars of AdamW's step `step` (1-based) for a parameter with decay `weight_decay`
-    /// (0 for one without) and the clipping factor `clip`, each computed in `f64` and rounded
-    /// to `f32`, as `torch.optim.AdamW`'s hyper-parameters are.
+    /// (0 for one without), each computed in `f64` and rounded to `f32`, as
+    /// `torch.optim.AdamW`'s hyper-parameters are.
     pub fn at_step(
         step: u64,
         lr: f64,
         weight_decay: f64,
         (beta1, beta2): (f64, f64),
         eps: f64,
-        clip: f64,
     ) -> AdamWScalars {
         let step = i32::try_from(step).unwrap_or(i32::MAX);
         AdamWScalars {
-            clip: clip as f32,
             decay: (1.0 - lr * weight_decay) as f32,
             one_minus_beta1: (1.0 - beta1) as f32,
             beta2: beta2 as f32,
@@ -143,42 +142,38 @@ impl AdamWScalars {
 
 /// The update of the module docs: `(p, m, v)` after one step from the parameter `p`, its
 /// gradient `g` and its moments `m`, `v` (all of one shape, on a device without autodiff: the
-/// optimizer works on the parameters' inner tensors).
+/// optimizer works on the parameters' inner tensors), with the clipping factor `coef` (`[1]`;
+/// NaN returns `p`, `m` and `v` unchanged).
 pub fn adamw_update(
-    p: Tensor<1>,
-    g: Tensor<1>,
-    m: Tensor<1>,
-    v: Tensor<1>,
+    [p, g, m, v]: [Tensor<1>; 4],
+    coef: Tensor<1>,
     scalars: AdamWScalars,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    on_tensors(<Dispatch as AdamWOps>::adamw_update, [p, g, m, v], scalars)
+    on_tensors(
+        <Dispatch as AdamWOps>::adamw_update,
+        [p, g, m, v, coef],
+        scalars,
+    )
 }
 
 /// [`adamw_update`] as separate tensor operations: what a backend without a one-pass update
 /// runs, and what the one-pass updates are held to.
 pub fn adamw_update_by_ops(
-    p: Tensor<1>,
-    g: Tensor<1>,
-    m: Tensor<1>,
-    v: Tensor<1>,
+    [p, g, m, v]: [Tensor<1>; 4],
+    coef: Tensor<1>,
     scalars: AdamWScalars,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    on_tensors(by_ops::<Dispatch>, [p, g, m, v], scalars)
+    on_tensors(by_ops::<Dispatch>, [p, g, m, v, coef], scalars)
 }
 
 /// An update of `Dispatch`'s primitives, on tensors.
 fn on_tensors(
-    update: fn(Primitive, Primitive, Primitive, Primitive, AdamWScalars) -> Update<Primitive>,
-    [p, g, m, v]: [Tensor<1>; 4],
+    update: UpdateFn<Primitive>,
+    tensors: [Tensor<1>; 5],
     scalars: AdamWScalars,
 ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let (p, m, v) = update(
-        p.into_dispatch(),
-        g.into_dispatch(),
-        m.into_dispatch(),
-        v.into_dispatch(),
-        scalars,
-    );
+    let [p, g, m, v, coef] = tensors.map(Tensor::into_dispatch);
+    let (p, m, v) = update(p, g, m, v, coef, scalars);
     (
         Tensor::from_dispatch(p),
         Tensor::from_dispatch(m),
@@ -191,6 +186,9 @@ type Primitive = FloatTensor<Dispatch>;
 /// A parameter and its two moments after an update.
 type Update<T> = (T, T, T);
 
+/// An update's signature: parameter, gradient, moments, clipping factor, scalars.
+type UpdateFn<T> = fn(T, T, T, T, T, AdamWScalars) -> Update<T>;
+
 /// The update as separate operations on a backend's primitives. `g · g`, not a power, which
 /// a GPU need not round as the product: the one-pass updates' operation.
 fn by_ops<B: Backend>(
@@ -198,30 +196,46 @@ fn by_ops<B: Backend>(
     g: FloatTensor<B>,
     m: FloatTensor<B>,
     v: FloatTensor<B>,
+    coef: FloatTensor<B>,
     s: AdamWScalars,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    let g = B::float_mul_scalar(g, s.clip.into());
-    let p = B::float_mul_scalar(p, s.decay.into());
-    let m = B::float_add(
+    let shape = p.shape();
+    let coef = B::float_expand(coef, shape.clone());
+    let skip = B::bool_expand(skipped::<B>(coef.clone()), shape);
+    let g = B::float_mul(g, coef);
+    let p_new = B::float_mul_scalar(p.clone(), s.decay.into());
+    let m_new = B::float_add(
         m.clone(),
-        B::float_mul_scalar(B::float_sub(g.clone(), m), s.one_minus_beta1.into()),
+        B::float_mul_scalar(B::float_sub(g.clone(), m.clone()), s.one_minus_beta1.into()),
     );
-    let v = B::float_add(
-        B::float_mul_scalar(v, s.beta2.into()),
+    let v_new = B::float_add(
+        B::float_mul_scalar(v.clone(), s.beta2.into()),
         B::float_mul_scalar(B::float_mul(g.clone(), g), s.one_minus_beta2.into()),
     );
     let denom = B::float_add_scalar(
-        B::float_div_scalar(B::float_sqrt(v.clone()), s.bias2_sqrt.into()),
+        B::float_div_scalar(B::float_sqrt(v_new.clone()), s.bias2_sqrt.into()),
         s.eps.into(),
     );
-    let step = B::float_mul_scalar(B::float_div(m.clone(), denom), s.step_size.into());
-    (B::float_sub(p, step), m, v)
+    let step = B::float_mul_scalar(B::float_div(m_new.clone(), denom), s.step_size.into());
+    let p_new = B::float_sub(p_new, step);
+    (
+        B::float_mask_where(p_new, skip.clone(), p),
+        B::float_mask_where(m_new, skip.clone(), m),
+        B::float_mask_where(v_new, skip, v),
+    )
 }
 
-/// One element of the update, in the order of [`adamw_update_by_ops`].
+/// Where `coef` is NaN (a skipped step), as the device's booleans.
+fn skipped<B: Backend>(coef: FloatTensor<B>) -> BoolTensor<B> {
+    let bool_dtype = get_device_settings::<B>(&coef.device()).bool_dtype;
+    B::float_is_nan(coef, bool_dtype)
+}
+
+/// One element of the update, in the order of [`adamw_update_by_ops`], with the clipping
+/// factor `coef` (not NaN: a skipped step does not come here).
 #[inline]
-fn update_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, s: &AdamWScalars) {
-    let g = g * s.clip;
+fn update_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, coef: f32, s: &AdamWScalars) {
+    let g = g * coef;
     let decayed = *p * s.decay;
     *m += (g - *m) * s.one_minus_beta1;
     *v = *v * s.beta2 + g * g * s.one_minus_beta2;
@@ -231,11 +245,11 @@ fn update_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, s: &AdamWScalars) {
 
 /// [`update_one`] over slices of one length, written so that the compiler vectorises it (every
 /// index in bounds of all four: no checks in the loop).
-fn update_slices(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: &AdamWScalars) {
+fn update_slices([p, m, v]: [&mut [f32]; 3], g: &[f32], coef: f32, s: &AdamWScalars) {
     let n = p.len().min(g.len()).min(m.len()).min(v.len());
     let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
     for i in 0..n {
-        update_one(&mut p[i], g[i], &mut m[i], &mut v[i], s);
+        update_one(&mut p[i], g[i], &mut m[i], &mut v[i], coef, s);
     }
 }
 
@@ -248,15 +262,16 @@ fn update_slices(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: &Ada
 )]
 pub trait AdamWOps: Backend {
     /// `(p, m, v)` after one step (see [`adamw_update`]).
-    #[fusion(meta = |p, _g, _m, _v, _s| (p.clone(), p.clone(), p.clone()))]
+    #[fusion(meta = |p, _g, _m, _v, _coef, _s| (p.clone(), p.clone(), p.clone()))]
     fn adamw_update(
         p: FloatTensor<Self>,
         g: FloatTensor<Self>,
         m: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        coef: FloatTensor<Self>,
         scalars: AdamWScalars,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        by_ops::<Self>(p, g, m, v, scalars)
+        by_ops::<Self>(p, g, m, v, coef, scalars)
     }
 }
 
@@ -287,12 +302,18 @@ mod flex {
             g: FlexTensor,
             m: FlexTensor,
             v: FlexTensor,
+            coef: FlexTensor,
             s: AdamWScalars,
         ) -> (FlexTensor, FlexTensor, FlexTensor) {
             let n = p.layout().num_elements();
             let same = [&g, &m, &v].iter().all(|t| t.layout().num_elements() == n);
-            if !same || ![&p, &g, &m, &v].into_iter().all(whole_f32) {
-                return by_ops::<Flex>(p, g, m, v, s);
+            let scalar = coef.layout().num_elements() == 1;
+            if !same || !scalar || ![&p, &g, &m, &v, &coef].into_iter().all(whole_f32) {
+                return by_ops::<Flex>(p, g, m, v, coef, s);
+            }
+            let coef = coef.storage::<f32>()[0];
+            if coef.is_nan() {
+                return (p, m, v);
             }
             let (mut p, mut m, mut v) = (p, m, v);
             {
@@ -302,13 +323,15 @@ mod flex {
                 let vs = &mut v.storage_mut::<f32>()[..n];
                 let gs = &g.storage::<f32>()[..n];
                 if n <= SERIAL {
-                    update_slices(ps, gs, ms, vs, &s);
+                    update_slices([ps, ms, vs], gs, coef, &s);
                 } else {
                     ps.par_chunks_mut(CHUNK)
                         .zip(ms.par_chunks_mut(CHUNK))
                         .zip(vs.par_chunks_mut(CHUNK))
                         .zip(gs.par_chunks(CHUNK))
-                        .for_each(|(((ps, ms), vs), gs)| update_slices(ps, gs, ms, vs, &s));
+                        .for_each(|(((ps, ms), vs), gs)| {
+                            update_slices([ps, ms, vs], gs, coef, &s);
+                        });
                 }
             }
             (p, m, v)
@@ -328,7 +351,8 @@ mod cube {
 
     use super::{AdamWOps, AdamWScalars, by_ops};
 
-    /// One element per unit, in the order of [`super::update_one`], in place.
+    /// One element per unit, in the order of [`super::update_one`], in place; nothing is
+    /// written when the clipping factor `coef[0]` is NaN (a skipped step).
     #[cube(launch)]
     #[allow(clippy::too_many_arguments)]
     fn adamw_kernel(
@@ -336,7 +360,7 @@ mod cube {
         g: &Tensor<f32>,
         m: &mut Tensor<f32>,
         v: &mut Tensor<f32>,
-        clip: f32,
+        coef: &Tensor<f32>,
         decay: f32,
         one_minus_beta1: f32,
         beta2: f32,
@@ -346,7 +370,8 @@ mod cube {
         step_size: f32,
     ) {
         let i = ABSOLUTE_POS;
-        if i >= p.len() {
+        let clip = coef[0];
+        if i >= p.len() || clip.is_nan() {
             terminate!();
         }
         let grad = g[i] * clip;
@@ -379,17 +404,19 @@ mod cube {
             g: CubeTensor,
             m: CubeTensor,
             v: CubeTensor,
+            coef: CubeTensor,
             s: AdamWScalars,
         ) -> (CubeTensor, CubeTensor, CubeTensor) {
             let n = p.meta.shape().num_elements();
             let fits = [&p, &g, &m, &v]
                 .iter()
                 .all(|t| t.dtype == DType::F32 && t.meta.shape().num_elements() == n);
-            if !fits || n == 0 {
-                return by_ops::<CubeBackend>(p, g, m, v, s);
+            let scalar = coef.dtype == DType::F32 && coef.meta.shape().num_elements() == 1;
+            if !fits || !scalar || n == 0 {
+                return by_ops::<CubeBackend>(p, g, m, v, coef, s);
             }
             let (p, m, v) = (writable(p), writable(m), writable(v));
-            let g = into_contiguous(g);
+            let (g, coef) = (into_contiguous(g), into_contiguous(coef));
             let client = p.client.clone();
             let cube_dim = CubeDim::new(&client, n);
             let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
@@ -401,7 +428,7 @@ mod cube {
                 g.into_tensor_arg(),
                 m.clone().into_tensor_arg(),
                 v.clone().into_tensor_arg(),
-                s.clip,
+                coef.into_tensor_arg(),
                 s.decay,
                 s.one_minus_beta1,
                 s.beta2,
@@ -435,7 +462,12 @@ mod tests {
     }
 
     fn scalars(step: u64) -> AdamWScalars {
-        AdamWScalars::at_step(step, 3e-4, 0.01, (0.9, 0.95), 1e-8, 0.37)
+        AdamWScalars::at_step(step, 3e-4, 0.01, (0.9, 0.95), 1e-8)
+    }
+
+    /// A clipping factor of `value`, on `device`.
+    fn coef(value: f32, device: &Device) -> Tensor<1> {
+        Tensor::<1>::from_data(TensorData::new(vec![value], [1]), device)
     }
 
     fn bits(t: Tensor<1>) -> Vec<u32> {
@@ -479,16 +511,12 @@ mod tests {
                 (m, v.into_iter().map(f32::abs).collect())
             };
             let s = scalars(step);
-            let by_ops = adamw_update_by_ops(
-                tensor(p.clone()),
-                tensor(g.clone()),
-                tensor(m.clone()),
-                tensor(v.clone()),
-                s,
-            );
+            let inputs = [&p, &g, &m, &v].map(|values| tensor(values.clone()));
+            let by_ops = adamw_update_by_ops(inputs, coef(0.37, &device), s);
             // The parameter shared with a snapshot: updated in a copy, the snapshot untouched.
             let snapshot = tensor(p.clone());
-            let one_pass = adamw_update(snapshot.clone(), tensor(g), tensor(m), tensor(v), s);
+            let inputs = [snapshot.clone(), tensor(g), tensor(m), tensor(v)];
+            let one_pass = adamw_update(inputs, coef(0.37, &device), s);
             let none = (0, None);
             assert_eq!(
                 differing(one_pass.0, by_ops.0),
@@ -523,10 +551,24 @@ mod tests {
         let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
         let s = scalars(5);
         let inputs = || [&p, &g, &m, &v].map(|values| tensor(values.clone()));
-        let [p1, g1, m1, v1] = inputs();
-        let by_ops = adamw_update_by_ops(p1, g1, m1, v1, s);
-        let [p2, g2, m2, v2] = inputs();
-        let kernel = adamw_update(p2, g2, m2, v2, s);
+        let by_ops = adamw_update_by_ops(inputs(), coef(0.37, &device), s);
+        let kernel = adamw_update(inputs(), coef(0.37, &device), s);
+        let skipped = adamw_update(inputs(), coef(f32::NAN, &device), s);
+        for (name, before, after) in [
+            ("parameter", &p, skipped.0),
+            ("first moment", &m, skipped.1),
+        ] {
+            assert_eq!(
+                bits(after),
+                bits(tensor(before.clone())),
+                "{name} of a skipped step"
+            );
+        }
+        assert_eq!(
+            bits(skipped.2),
+            bits(tensor(v.clone())),
+            "second moment of a skipped step"
+        );
         for (name, a, b) in [
             ("parameter", kernel.0, by_ops.0),
             ("first moment", kernel.1, by_ops.1),
@@ -558,10 +600,31 @@ mod tests {
         let s = scalars(3);
         let [p, g, m] = [1, 2, 3].map(half);
         let v = half(4).abs();
-        let expected = adamw_update_by_ops(p.clone(), g.clone(), m.clone(), v.clone(), s);
-        let got = adamw_update(p, g, m, v, s);
+        let inputs = [p, g, m, v];
+        let expected = adamw_update_by_ops(inputs.clone(), coef(0.37, &device), s);
+        let got = adamw_update(inputs, coef(0.37, &device), s);
         assert_eq!(differing(got.0, expected.0), (0, None));
         assert_eq!(differing(got.1, expected.1), (0, None));
         assert_eq!(differing(got.2, expected.2), (0, None));
+    }
+
+    #[test]
+    fn a_nan_clipping_factor_leaves_parameter_and_moments_as_they_were() {
+        let device = Device::flex();
+        // Both sides of the one-pass update's serial bound, and the operations.
+        for n in [1_000, 70_000] {
+            let tensor =
+                |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), &device);
+            let [p, g, m, v] = [5, 6, 7, 8].map(|salt| case(n, salt));
+            let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
+            for update in AdamWUpdate::ALL {
+                let inputs = [&p, &g, &m, &v].map(|values| tensor(values.clone()));
+                let (p2, m2, v2) = update.apply(inputs, coef(f32::NAN, &device), scalars(4));
+                for (name, before, after) in [("p", &p, p2), ("m", &m, m2), ("v", &v, v2)] {
+                    let want: Vec<u32> = before.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(bits(after), want, "{update}, {n} elements: {name} changed");
+                }
+            }
+        }
     }
 }

@@ -16,7 +16,15 @@
 //! [`AdamWConfig::update`] can ask for separate tensor operations instead.
 //!
 //! Clipping: the global L2 norm `N` over all gradients; every gradient is scaled by
-//! `min(1, clip / (N + 1e−6))`. A non-finite `N` skips the update (no state changes).
+//! `min(1, clip / (N + 1e−6))`. A non-finite `N`, or a non-finite loss, skips the update (no
+//! state changes).
+//!
+//! A step is queued on the device whole, with one read-back at its end: the norm, the
+//! clipping factor and the decision to skip are computed there in `f32`, as torch computes
+//! them, and each parameter's update leaves everything as it was when the factor is NaN (a
+//! skip). The read-back returns the loss, the norm, whether the update happened and whether
+//! every parameter is still finite (spec D.1 steps 5 and 7), so the device is never left
+//! waiting for the host in the middle of a step.
 //!
 //! State is keyed by each parameter's module path (`Gdn.backbone.layers.0.attn.a_log`), so it
 //! survives rebuilding the model from a checkpoint, and is saved and restored exactly
@@ -93,13 +101,17 @@ pub struct ExportedMoments {
     pub v: Vec<f32>,
 }
 
-/// What one call of [`AdamW::step`] did.
+/// What one call of [`AdamW::step`] did, as read back from the device at its end.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepOutcome {
-    /// The global gradient norm before clipping.
+    /// The loss of the step's batch.
+    pub loss: f64,
+    /// The global gradient norm before clipping (in `f32`, as torch's `clip_grad_norm_`).
     pub grad_norm: f64,
-    /// False when the norm was not finite and nothing was updated.
+    /// False when the loss or the norm was not finite and nothing was updated.
     pub applied: bool,
+    /// Whether every float parameter is finite after the step.
+    pub params_finite: bool,
 }
 
 /// The optimizer.
@@ -117,50 +129,42 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
         .map_err(|e| TrainError::Failed(format!("cannot read a tensor back: {e:?}")))
 }
 
-/// Collects, in module order, every float parameter's path and squared gradient norm.
+/// Adds `part` to a running `[1]` total: scalar additions, which a GPU backend fuses into
+/// one kernel, where concatenating the parts would copy each into place.
+fn accumulate(total: &mut Option<Tensor<1>>, part: Tensor<1>) {
+    *total = Some(match total.take() {
+        Some(sum) => sum + part,
+        None => part,
+    });
+}
+
+/// Sums, in module order, the squares of every float parameter's gradient.
 struct NormVisitor<'a> {
-    path: Vec<String>,
     grads: &'a GradientsParams,
-    squares: Vec<Tensor<1>>,
+    total: Option<Tensor<1>>,
 }
 
 impl ModuleVisitor for NormVisitor<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.push(name.to_owned());
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-    }
-
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(grad) = self.grads.get::<D>(param.id) {
             let n = grad.shape().num_elements();
-            self.squares.push(grad.reshape([n]).square().sum());
+            accumulate(&mut self.total, grad.reshape([n]).square().sum());
         }
     }
 }
 
-/// Every float parameter's squared gradient norm (`[1]` each), in module order.
-fn squared_norms<M: Module>(model: &M, grads: &GradientsParams) -> Vec<Tensor<1>> {
-    let mut visitor = NormVisitor {
-        path: Vec::new(),
-        grads,
-        squares: Vec::new(),
-    };
+/// The global L2 norm of `grads` over the parameters of `model` (`[1]`, on the device; `None`
+/// when no parameter has a gradient).
+fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> Option<Tensor<1>> {
+    let mut visitor = NormVisitor { grads, total: None };
     model.visit(&mut visitor);
-    visitor.squares
+    visitor.total.map(Tensor::sqrt)
 }
 
-/// The L2 norm from squared parts, summed in f64 in their order.
-fn norm_of(squares: &[f32]) -> f64 {
-    squares.iter().map(|&s| f64::from(s)).sum::<f64>().sqrt()
-}
-
-/// Collects, per float parameter, the sum of `x − x`: 0 when every element is finite, NaN
-/// when one is NaN or infinite (and never an overflow, unlike a plain sum).
+/// Sums, over every float parameter, `x − x`: 0 when every element is finite, NaN when one is
+/// NaN or infinite (and never an overflow, unlike a plain sum).
 struct FiniteVisitor {
-    sums: Vec<Tensor<1>>,
+    total: Option<Tensor<1>>,
 }
 
 impl ModuleVisitor for FiniteVisitor {
@@ -168,23 +172,21 @@ impl ModuleVisitor for FiniteVisitor {
         let x = param.val().inner();
         let n = x.shape().num_elements();
         let x = x.reshape([n]);
-        self.sums.push((x.clone() - x).sum());
+        accumulate(&mut self.total, (x.clone() - x).sum());
     }
 }
 
-/// Whether every float parameter of `model` is finite (spec D.1 step 7's check after an
-/// update), with one read-back for the whole model.
-///
-/// # Errors
-/// [`TrainError::Failed`] when a value cannot be read back from the device.
-pub fn params_finite<M: Module>(model: &M) -> Result<bool, TrainError> {
-    let mut visitor = FiniteVisitor { sums: Vec::new() };
+/// `[1]` on the device: 0 when every float parameter of `model` is finite (spec D.1 step 7's
+/// check after an update), NaN otherwise; `None` for a model without parameters.
+fn finiteness<M: Module>(model: &M) -> Option<Tensor<1>> {
+    let mut visitor = FiniteVisitor { total: None };
     model.visit(&mut visitor);
-    if visitor.sums.is_empty() {
-        return Ok(true);
-    }
-    let sums = read_f32(Tensor::cat(visitor.sums, 0))?;
-    Ok(sums.iter().all(|s| s.is_finite()))
+    visitor.total
+}
+
+/// `[1]` on the device: 0 when `x` (`[1]`) is finite, NaN when not (`∞ − ∞` is NaN).
+fn nan_unless_finite(x: &Tensor<1>) -> Tensor<1> {
+    x.clone() - x.clone()
 }
 
 struct UpdateMapper<'a> {
@@ -193,7 +195,9 @@ struct UpdateMapper<'a> {
     config: &'a AdamWConfig,
     states: &'a mut BTreeMap<String, Moments>,
     lr: f64,
-    clip_coef: f64,
+    coef: Tensor<1>,
+    /// The paths whose step count this update advanced.
+    touched: Vec<String>,
 }
 
 impl ModuleMapper for UpdateMapper<'_> {
@@ -225,8 +229,9 @@ impl ModuleMapper for UpdateMapper<'_> {
             None => (1, grad.zeros_like(), grad.zeros_like()),
         };
         let betas = (c.beta1, c.beta2);
-        let scalars = AdamWScalars::at_step(step, self.lr, wd, betas, c.eps, self.clip_coef);
-        let (p, m, v) = c.update.apply(p, grad, m, v, scalars);
+        let scalars = AdamWScalars::at_step(step, self.lr, wd, betas, c.eps);
+        let (p, m, v) = c.update.apply([p, grad, m, v], self.coef.clone(), scalars);
+        self.touched.push(path.clone());
         self.states.insert(path, Moments { step, m, v });
         let mut value = Tensor::from_inner(p.reshape(dims));
         if require_grad {
@@ -250,94 +255,79 @@ impl AdamW {
         &self.config
     }
 
-    /// The global L2 norm of `grads` over the parameters of `model`.
+    /// One step: clips `grads` by their global norm and applies one update with learning rate
+    /// `lr`, unless `loss` (the batch's, `[1]`) or the norm is not finite; then reads back, at
+    /// once, what [`StepOutcome`] holds. Parameters without a gradient are left alone (their
+    /// step count does not advance).
     ///
     /// # Errors
     /// [`TrainError::Failed`] when a value cannot be read back from the device.
-    pub fn grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> Result<f64, TrainError> {
-        let squares = squared_norms(model, grads);
-        if squares.is_empty() {
-            return Ok(0.0);
-        }
-        Ok(norm_of(&read_f32(Tensor::cat(squares, 0))?))
-    }
-
-    /// The value of `loss` (`[1]`, detached) and [`AdamW::grad_norm`] in one read-back: a
-    /// step that reads both after its backward pass waits for the device once where it would
-    /// wait twice (the loss before the backward pass, the norm after it), and the backward
-    /// pass is queued while the forward pass still runs.
-    ///
-    /// # Errors
-    /// [`TrainError::Failed`] when a value cannot be read back from the device.
-    pub fn loss_and_grad_norm<M: Module>(
-        loss: Tensor<1>,
-        model: &M,
-        grads: &GradientsParams,
-    ) -> Result<(f64, f64), TrainError> {
-        let mut parts = vec![loss.inner()];
-        parts.extend(squared_norms(model, grads));
-        let values = read_f32(Tensor::cat(parts, 0))?;
-        match values.split_first() {
-            Some((&loss, squares)) => Ok((f64::from(loss), norm_of(squares))),
-            None => Err(TrainError::Failed("the loss read back empty".into())),
-        }
-    }
-
-    /// Clips `grads` by their global norm and applies one update with learning rate `lr`.
-    /// Parameters without a gradient are left alone (their step count does not advance).
-    ///
-    /// # Errors
-    /// As [`AdamW::grad_norm`].
     pub fn step<M: Module>(
         &mut self,
         model: M,
+        loss: Tensor<1>,
         grads: &GradientsParams,
         lr: f64,
     ) -> Result<(M, StepOutcome), TrainError> {
-        let grad_norm = Self::grad_norm(&model, grads)?;
-        Ok(self.step_with_norm(model, grads, lr, grad_norm))
-    }
-
-    /// [`AdamW::step`] with the global norm already read ([`AdamW::loss_and_grad_norm`]):
-    /// nothing is read back. A non-finite `grad_norm` applies nothing.
-    pub fn step_with_norm<M: Module>(
-        &mut self,
-        model: M,
-        grads: &GradientsParams,
-        lr: f64,
-        grad_norm: f64,
-    ) -> (M, StepOutcome) {
-        if !grad_norm.is_finite() {
-            return (
-                model,
-                StepOutcome {
-                    grad_norm,
-                    applied: false,
-                },
-            );
-        }
-        let clip_coef = if self.config.grad_clip > 0.0 {
-            // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
-            (self.config.grad_clip / (grad_norm + 1e-6)).min(1.0)
-        } else {
-            1.0
-        };
+        let loss = loss.inner();
+        let zero = || loss.zeros_like();
+        let norm = global_norm(&model, grads).unwrap_or_else(zero);
+        let coef = self.clip_factor(&norm) + nan_unless_finite(&loss) + nan_unless_finite(&norm);
         let mut mapper = UpdateMapper {
             path: Vec::new(),
             grads,
             config: &self.config,
             states: &mut self.states,
             lr,
-            clip_coef,
+            coef: coef.clone(),
+            touched: Vec::new(),
         };
         let model = model.map(&mut mapper);
-        (
-            model,
-            StepOutcome {
-                grad_norm,
-                applied: true,
-            },
-        )
+        let touched = mapper.touched;
+        let finite = finiteness(&model).unwrap_or_else(zero);
+        let values = read_f32(Tensor::cat(vec![loss, norm, coef, finite], 0))?;
+        let &[loss, grad_norm, coef, finite] = values.as_slice() else {
+            return Err(TrainError::Failed(format!(
+                "a step read back {} values, not 4",
+                values.len()
+            )));
+        };
+        let applied = !coef.is_nan();
+        if !applied {
+            self.undo_steps(&touched);
+        }
+        let outcome = StepOutcome {
+            loss: f64::from(loss),
+            grad_norm: f64::from(grad_norm),
+            applied,
+            params_finite: finite == 0.0,
+        };
+        Ok((model, outcome))
+    }
+
+    /// The clipping factor from the global norm, on the device, as torch computes it:
+    /// `min(1, clip / (norm + 1e−6))` in `f32`, or 1 without clipping.
+    fn clip_factor(&self, norm: &Tensor<1>) -> Tensor<1> {
+        let clip = self.config.grad_clip;
+        let one = norm.ones_like();
+        if clip > 0.0 {
+            (one.mul_scalar(clip) / norm.clone().add_scalar(1e-6)).clamp_max(1.0)
+        } else {
+            one
+        }
+    }
+
+    /// Takes back the step counts a skipped update advanced; moments it created (still zero)
+    /// go with them.
+    fn undo_steps(&mut self, paths: &[String]) {
+        for path in paths {
+            if let Some(state) = self.states.get_mut(path) {
+                state.step -= 1;
+                if state.step == 0 {
+                    self.states.remove(path);
+                }
+            }
+        }
     }
 
     /// Every parameter's moments, in path order, read back to the host exactly.
@@ -440,8 +430,9 @@ mod tests {
         }
     }
 
-    /// Loss = Σ c_i · p_i² over all entries, so dL/dp = 2 c p.
-    fn grads_of(model: &Tiny, scale: f32) -> GradientsParams {
+    /// Loss = Σ c_i · p_i² over all entries, so dL/dp = 2 c p: the loss, detached, and the
+    /// gradients.
+    fn grads_of(model: &Tiny, scale: f32) -> (Tensor<1>, GradientsParams) {
         let device = model.w.val().device();
         let cw = Tensor::<2>::from_data(
             TensorData::new(vec![1.0f32, 2.0, -0.5, 3.0], [2, 2]),
@@ -450,7 +441,11 @@ mod tests {
         let ca = Tensor::<1>::from_data(TensorData::new(vec![0.5f32, 4.0], [2]), &device);
         let loss = (model.w.val().square() * cw).sum() + (model.a_log.val().square() * ca).sum();
         let loss = loss.mul_scalar(scale);
-        GradientsParams::from_grads(loss.backward(), model)
+        let detached = loss.clone().detach();
+        (
+            detached,
+            GradientsParams::from_grads(loss.backward(), model),
+        )
     }
 
     fn values(model: &Tiny) -> Vec<f64> {
@@ -505,9 +500,9 @@ mod tests {
         let mut model = tiny(&device);
         let mut norms = Vec::new();
         for &lr in &lrs {
-            let grads = grads_of(&model, scale);
-            let (next, outcome) = optim.step(model, &grads, lr).unwrap();
-            assert!(outcome.applied);
+            let (loss, grads) = grads_of(&model, scale);
+            let (next, outcome) = optim.step(model, loss, &grads, lr).unwrap();
+            assert!(outcome.applied && outcome.params_finite && outcome.loss > 0.0);
             norms.push(outcome.grad_norm);
             model = next;
         }
@@ -531,8 +526,8 @@ mod tests {
         let mut optim = AdamW::new(decayed);
         let mut model = tiny(&device);
         for &lr in &lrs {
-            let grads = grads_of(&model, scale);
-            model = optim.step(model, &grads, lr).unwrap().0;
+            let (loss, grads) = grads_of(&model, scale);
+            model = optim.step(model, loss, &grads, lr).unwrap().0;
         }
         let got = values(&model);
         assert!(
@@ -565,8 +560,8 @@ mod tests {
         let mut optim = AdamW::new(AdamWConfig::new(0.999, 0.0, 1.0));
         let model = tiny(&device);
         let before = values(&model);
-        let grads = grads_of(&model, f32::INFINITY);
-        let (model, outcome) = optim.step(model, &grads, 1e-3).unwrap();
+        let (loss, grads) = grads_of(&model, f32::INFINITY);
+        let (model, outcome) = optim.step(model, loss, &grads, 1e-3).unwrap();
         assert!(!outcome.applied);
         assert!(!outcome.grad_norm.is_finite());
         assert_eq!(values(&model), before);
@@ -577,13 +572,59 @@ mod tests {
     }
 
     #[test]
+    fn a_non_finite_loss_or_norm_alone_skips_the_update_and_keeps_the_state() {
+        let device = Device::flex().autodiff();
+        let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.01, 1.0));
+        let mut model = tiny(&device);
+        for _ in 0..2 {
+            let (loss, grads) = grads_of(&model, 1.0);
+            model = optim.step(model, loss, &grads, 1e-2).unwrap().0;
+        }
+        let (before, state) = (values(&model), optim.export().unwrap());
+        let scalar = |x: f32| Tensor::<1>::from_data(TensorData::new(vec![x], [1]), &device);
+        // A NaN loss with finite gradients; a finite loss with infinite gradients.
+        let cases = [(f32::NAN, 1.0), (0.5, f32::INFINITY)];
+        for (loss, scale) in cases {
+            let grads = grads_of(&model, scale).1;
+            let (next, outcome) = optim.step(model, scalar(loss), &grads, 1e-2).unwrap();
+            model = next;
+            assert!(
+                !outcome.applied,
+                "loss {loss}, gradients × {scale}: {outcome:?}"
+            );
+            assert_eq!(values(&model), before, "loss {loss}, gradients × {scale}");
+            assert_eq!(
+                optim.export().unwrap(),
+                state,
+                "loss {loss}, gradients × {scale}"
+            );
+        }
+        // And the next finite step is the third.
+        let (loss, grads) = grads_of(&model, 1.0);
+        let outcome = optim.step(model, loss, &grads, 1e-2).unwrap().1;
+        assert!(outcome.applied && outcome.params_finite, "{outcome:?}");
+        assert!(optim.export().unwrap().iter().all(|e| e.step == 3));
+    }
+
+    #[test]
+    fn an_update_that_overflows_a_parameter_is_reported_as_not_finite() {
+        let device = Device::flex().autodiff();
+        let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.0, 0.0));
+        let model = tiny(&device);
+        let (loss, grads) = grads_of(&model, 1.0);
+        // lr / (1 − β1) overflows f32: the step is infinite.
+        let outcome = optim.step(model, loss, &grads, 1e39).unwrap().1;
+        assert!(outcome.applied && !outcome.params_finite, "{outcome:?}");
+    }
+
+    #[test]
     fn state_round_trips_exactly() {
         let device = Device::flex().autodiff();
         let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.01, 1.0));
         let mut model = tiny(&device);
         for _ in 0..2 {
-            let grads = grads_of(&model, 1.0);
-            model = optim.step(model, &grads, 1e-2).unwrap().0;
+            let (loss, grads) = grads_of(&model, 1.0);
+            model = optim.step(model, loss, &grads, 1e-2).unwrap().0;
         }
         let exported = optim.export().unwrap();
         assert_eq!(

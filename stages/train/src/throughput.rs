@@ -21,7 +21,7 @@ use cwm_models::{
     StateModel, device_by_name, label_classes, rng_lock,
 };
 
-use crate::adamw::{AdamW, AdamWConfig, params_finite};
+use crate::adamw::{AdamW, AdamWConfig};
 use crate::error::TrainError;
 use crate::train::{init_model, step_seed};
 
@@ -170,16 +170,15 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         };
         let detached = loss.clone().detach();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grad_norm;
-        (last_loss, grad_norm) = AdamW::loss_and_grad_norm(detached, &model, &grads)?;
+        let outcome;
+        (model, outcome) = optim.step(model, detached, &grads, 3e-4)?;
+        last_loss = outcome.loss;
         if !last_loss.is_finite() {
             return Err(TrainError::Failed(format!(
                 "the loss is {last_loss} at step {step}"
             )));
         }
-        let (next, outcome) = optim.step_with_norm(model, &grads, 3e-4, grad_norm);
-        model = next;
-        if !outcome.applied || !params_finite(&model)? {
+        if !outcome.applied || !outcome.params_finite {
             return Err(TrainError::Failed(format!(
                 "the gradient norm or a parameter is not finite at step {step}"
             )));

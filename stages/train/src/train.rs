@@ -49,7 +49,7 @@ use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde_json::{Map, Value};
 
 use crate::TrainError;
-use crate::adamw::{AdamW, StepOutcome, params_finite};
+use crate::adamw::{AdamW, StepOutcome};
 use crate::config::{TrainConfig, adamw_config, model_section, save_config};
 use crate::data::{Batch, EpochReader, Position, epoch_order, shard_files};
 use crate::output::{
@@ -425,15 +425,17 @@ impl<'a> Trainer<'a> {
         let lr = self.config.optimiser.lr * self.schedule.multiplier(self.run.opt_steps);
         let loss = self.forward(&batch)?;
         let detached = loss.clone().detach();
-        // The backward pass runs before the loss is known to be finite: loss and gradient
-        // norm then come back in one read-back. A non-finite loss still skips the batch with
-        // no update (spec D.1 step 5); only its discarded gradients were computed.
+        // The backward pass and the update are queued before the loss is known to be finite:
+        // the optimizer skips the update on the device when it is not, and loss, gradient
+        // norm and the parameters' finiteness come back in one read-back at the step's end. A
+        // non-finite loss still skips the batch with no update (spec D.1 step 5); only its
+        // discarded gradients were computed.
         let grads = GradientsParams::from_grads(loss.backward(), &self.model);
-        let (loss_value, grad_norm) = AdamW::loss_and_grad_norm(detached, &self.model, &grads)?;
+        let (next, outcome) = self.optim.step(self.model, detached, &grads, lr)?;
+        self.model = next;
+        let loss_value = outcome.loss;
         let update = if loss_value.is_finite() {
-            let (next, outcome) = self.optim.step_with_norm(self.model, &grads, lr, grad_norm);
-            self.model = next;
-            self.check_update(outcome)?
+            self.check_update(outcome)
         } else {
             Update {
                 grad_norm: f64::NAN,
@@ -472,22 +474,22 @@ impl<'a> Trainer<'a> {
 
     /// After an optimizer step: advances the schedule when the update happened, and restores
     /// the snapshot when it made a parameter non-finite.
-    fn check_update(&mut self, outcome: StepOutcome) -> Result<Update, TrainError> {
+    fn check_update(&mut self, outcome: StepOutcome) -> Update {
         let mut rolled_back = false;
         if outcome.applied {
             // The update happened and the schedule moves on, even if it is rolled back.
             self.run.opt_steps += 1;
-            if !params_finite(&self.model)? {
+            if !outcome.params_finite {
                 self.model = self.snapshot.clone();
                 rolled_back = true;
                 self.run.rolled_back += 1;
             }
         }
-        Ok(Update {
+        Update {
             grad_norm: outcome.grad_norm,
             skipped: !outcome.applied || rolled_back,
             rolled_back,
-        })
+        }
     }
 
     /// Counts a skipped batch (aborting after [`MAX_CONSECUTIVE_BAD`] in a row), or a good one
