@@ -129,26 +129,24 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
         .map_err(|e| TrainError::Failed(format!("cannot read a tensor back: {e:?}")))
 }
 
-/// Adds `part` to a running `[1]` total: scalar additions, which a GPU backend fuses into
-/// one kernel, where concatenating the parts would copy each into place.
-fn accumulate(total: &mut Option<Tensor<1>>, part: Tensor<1>) {
-    *total = Some(match total.take() {
-        Some(sum) => sum + part,
-        None => part,
-    });
+/// The sum of `[1]` parts; `None` for no parts. One concatenation and one reduction: on a GPU
+/// backend fusion merges the concatenation's copies, where a chain of additions, one per part,
+/// ran as a kernel each (measured on `cube-cpu`, docs/gpu.md).
+fn total(parts: Vec<Tensor<1>>) -> Option<Tensor<1>> {
+    (!parts.is_empty()).then(|| Tensor::cat(parts, 0).sum())
 }
 
 /// Sums, in module order, the squares of every float parameter's gradient.
 struct NormVisitor<'a> {
     grads: &'a GradientsParams,
-    total: Option<Tensor<1>>,
+    squares: Vec<Tensor<1>>,
 }
 
 impl ModuleVisitor for NormVisitor<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(grad) = self.grads.get::<D>(param.id) {
             let n = grad.shape().num_elements();
-            accumulate(&mut self.total, grad.reshape([n]).square().sum());
+            self.squares.push(grad.reshape([n]).square().sum());
         }
     }
 }
@@ -156,15 +154,18 @@ impl ModuleVisitor for NormVisitor<'_> {
 /// The global L2 norm of `grads` over the parameters of `model` (`[1]`, on the device; `None`
 /// when no parameter has a gradient).
 fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> Option<Tensor<1>> {
-    let mut visitor = NormVisitor { grads, total: None };
+    let mut visitor = NormVisitor {
+        grads,
+        squares: Vec::new(),
+    };
     model.visit(&mut visitor);
-    visitor.total.map(Tensor::sqrt)
+    total(visitor.squares).map(Tensor::sqrt)
 }
 
 /// Sums, over every float parameter, `x − x`: 0 when every element is finite, NaN when one is
 /// NaN or infinite (and never an overflow, unlike a plain sum).
 struct FiniteVisitor {
-    total: Option<Tensor<1>>,
+    sums: Vec<Tensor<1>>,
 }
 
 impl ModuleVisitor for FiniteVisitor {
@@ -172,16 +173,16 @@ impl ModuleVisitor for FiniteVisitor {
         let x = param.val().inner();
         let n = x.shape().num_elements();
         let x = x.reshape([n]);
-        accumulate(&mut self.total, (x.clone() - x).sum());
+        self.sums.push((x.clone() - x).sum());
     }
 }
 
 /// `[1]` on the device: 0 when every float parameter of `model` is finite (spec D.1 step 7's
 /// check after an update), NaN otherwise; `None` for a model without parameters.
 fn finiteness<M: Module>(model: &M) -> Option<Tensor<1>> {
-    let mut visitor = FiniteVisitor { total: None };
+    let mut visitor = FiniteVisitor { sums: Vec::new() };
     model.visit(&mut visitor);
-    visitor.total
+    total(visitor.sums)
 }
 
 /// `[1]` on the device: 0 when `x` (`[1]`) is finite, NaN when not (`∞ − ∞` is NaN).
