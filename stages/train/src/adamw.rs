@@ -572,15 +572,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_non_finite_loss_or_norm_alone_skips_the_update_and_keeps_the_state() {
-        let device = Device::flex().autodiff();
+    /// An optimizer and the model after two good steps.
+    fn two_steps(device: &Device) -> (AdamW, Tiny) {
         let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.01, 1.0));
-        let mut model = tiny(&device);
+        let mut model = tiny(device);
         for _ in 0..2 {
             let (loss, grads) = grads_of(&model, 1.0);
             model = optim.step(model, loss, &grads, 1e-2).unwrap().0;
         }
+        (optim, model)
+    }
+
+    #[test]
+    fn a_non_finite_loss_or_norm_alone_skips_the_update_and_keeps_the_state() {
+        let device = Device::flex().autodiff();
+        let (mut optim, mut model) = two_steps(&device);
         let (before, state) = (values(&model), optim.export().unwrap());
         let scalar = |x: f32| Tensor::<1>::from_data(TensorData::new(vec![x], [1]), &device);
         // A NaN loss with finite gradients; a finite loss with infinite gradients.
@@ -621,12 +627,7 @@ mod tests {
     #[test]
     fn state_round_trips_exactly() {
         let device = Device::flex().autodiff();
-        let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.01, 1.0));
-        let mut model = tiny(&device);
-        for _ in 0..2 {
-            let (loss, grads) = grads_of(&model, 1.0);
-            model = optim.step(model, loss, &grads, 1e-2).unwrap().0;
-        }
+        let (optim, model) = two_steps(&device);
         let exported = optim.export().unwrap();
         assert_eq!(
             exported.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
