@@ -129,9 +129,9 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
         .map_err(|e| TrainError::Failed(format!("cannot read a tensor back: {e:?}")))
 }
 
-/// The sum of `[1]` parts; `None` for no parts. One concatenation and one reduction: on a GPU
-/// backend fusion merges the concatenation's copies, where a chain of additions, one per part,
-/// ran as a kernel each (measured on `cube-cpu`, docs/gpu.md).
+/// The sum of `[1]` parts; `None` for no parts. One concatenation and one reduction: on
+/// cubecl's backends the concatenation costs no kernel launch of its own, where fusion ran a
+/// chain of additions, one per part, as a kernel per addition (`cube-cpu`, docs/gpu.md).
 fn total(parts: Vec<Tensor<1>>) -> Option<Tensor<1>> {
     (!parts.is_empty()).then(|| Tensor::cat(parts, 0).sum())
 }
