@@ -57,13 +57,13 @@ impl AdamWUpdate {
     /// The update of one parameter, as [`adamw_update`] or [`adamw_update_by_ops`].
     pub fn apply(
         self,
-        [p, g, m, v]: [Tensor<1>; 4],
+        tensors: [Tensor<1>; 4],
         coef: Tensor<1>,
         scalars: AdamWScalars,
     ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
         match self {
-            AdamWUpdate::OnePass => adamw_update([p, g, m, v], coef, scalars),
-            AdamWUpdate::Ops => adamw_update_by_ops([p, g, m, v], coef, scalars),
+            AdamWUpdate::OnePass => adamw_update(tensors, coef, scalars),
+            AdamWUpdate::Ops => adamw_update_by_ops(tensors, coef, scalars),
         }
     }
 }

@@ -267,7 +267,8 @@ fn resume_or_init(
 
 /// What one batch's optimizer step did.
 struct Update {
-    /// The global gradient norm (NaN when the loss was not finite and nothing ran backward).
+    /// The global gradient norm (NaN when the loss was not finite: the spec's step runs no
+    /// backward pass then).
     grad_norm: f64,
     /// The batch counts as skipped: non-finite loss or gradient norm, or rolled back.
     skipped: bool,
@@ -429,20 +430,12 @@ impl<'a> Trainer<'a> {
         // the optimizer skips the update on the device when it is not, and loss, gradient
         // norm and the parameters' finiteness come back in one read-back at the step's end. A
         // non-finite loss still skips the batch with no update (spec D.1 step 5); only its
-        // discarded gradients were computed.
+        // discarded gradients and their norm were computed.
         let grads = GradientsParams::from_grads(loss.backward(), &self.model);
         let (next, outcome) = self.optim.step(self.model, detached, &grads, lr)?;
         self.model = next;
         let loss_value = outcome.loss;
-        let update = if loss_value.is_finite() {
-            self.check_update(outcome)
-        } else {
-            Update {
-                grad_norm: f64::NAN,
-                skipped: true,
-                rolled_back: false,
-            }
-        };
+        let update = self.check_update(outcome);
         self.count_update(&update, loss_value)?;
         self.run.tokens += batch.tokens();
         self.window_tokens += batch.tokens();
@@ -473,7 +466,7 @@ impl<'a> Trainer<'a> {
     }
 
     /// After an optimizer step: advances the schedule when the update happened, and restores
-    /// the snapshot when it made a parameter non-finite.
+    /// the snapshot when it made a parameter non-finite. A non-finite loss reports no norm.
     fn check_update(&mut self, outcome: StepOutcome) -> Update {
         let mut rolled_back = false;
         if outcome.applied {
@@ -486,7 +479,11 @@ impl<'a> Trainer<'a> {
             }
         }
         Update {
-            grad_norm: outcome.grad_norm,
+            grad_norm: if outcome.loss.is_finite() {
+                outcome.grad_norm
+            } else {
+                f64::NAN
+            },
             skipped: !outcome.applied || rolled_back,
             rolled_back,
         }
