@@ -15,6 +15,13 @@
 //! | `off` (or `0`, `false`, `no`) | neither: every process compiles and tunes anew |
 //! | a folder | both, in that folder (made absolute against the working directory) |
 //!
+//! A second variable, `CWM_KERNEL_TUNING`, keeps the tuning results out of the database while
+//! compiled kernels still go in (`off`, `0`, `false` or `no`; anything else, or unset, keeps
+//! both): a process that compiles a step's kernels beside others on one GPU (`compare_stacks.py
+//! --prewarm`) leaves the kernels for the processes after it, but not timings measured while
+//! the others ran, which could choose slower kernels for an uncontended run. Such a process
+//! still tunes; it uses what it measured and forgets it at exit.
+//!
 //! The database is keyed by the device, its driver and cubecl's version, so one folder serves
 //! several GPUs; processes that share it (the jobs of a cluster) read each other's entries, and
 //! a write one of them loses to another costs a compilation, never a wrong kernel. A
@@ -27,6 +34,39 @@ use std::path::{Path, PathBuf};
 
 /// The environment variable read by [`KernelCache::from_env`].
 pub const KERNEL_CACHE_VAR: &str = "CWM_KERNEL_CACHE";
+
+/// The environment variable read by [`tuning_kept_in_env`].
+pub const KERNEL_TUNING_VAR: &str = "CWM_KERNEL_TUNING";
+
+/// Whether `value` (of a variable that says on or off) says off.
+fn says_off(value: &OsStr) -> bool {
+    matches!(
+        value.to_str().map(str::to_ascii_lowercase).as_deref(),
+        Some("off" | "0" | "false" | "no")
+    )
+}
+
+/// Whether `value` of [`KERNEL_TUNING_VAR`] lets tuning results into the database: anything
+/// but off (see [`says_off`]), unset included.
+pub fn tuning_kept(value: Option<&OsStr>) -> bool {
+    !value.is_some_and(says_off)
+}
+
+/// [`tuning_kept`] of this process's environment.
+pub fn tuning_kept_in_env() -> bool {
+    tuning_kept(std::env::var_os(KERNEL_TUNING_VAR).as_deref())
+}
+
+/// What goes into cubecl's database, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// Compiled kernels.
+    pub kernels: bool,
+    /// Autotuning results (and cubecl's throughput measurements).
+    pub tuning: bool,
+    /// The database's folder; `None` is cubecl's default place.
+    pub folder: Option<PathBuf>,
+}
 
 /// What the cubecl backends keep on disk (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +86,23 @@ impl KernelCache {
         let Some(value) = value.filter(|v| !v.is_empty()) else {
             return KernelCache::Default;
         };
-        match value.to_str().map(str::to_ascii_lowercase).as_deref() {
-            Some("off" | "0" | "false" | "no") => KernelCache::Off,
-            _ => KernelCache::Directory(cwd.join(value)),
+        if says_off(value) {
+            KernelCache::Off
+        } else {
+            KernelCache::Directory(cwd.join(value))
+        }
+    }
+
+    /// What is kept, with tuning results only if `tuning` (and never without a cache).
+    pub fn kept(&self, tuning: bool) -> Kept {
+        let on = *self != KernelCache::Off;
+        Kept {
+            kernels: on,
+            tuning: on && tuning,
+            folder: match self {
+                KernelCache::Directory(dir) => Some(dir.clone()),
+                KernelCache::Default | KernelCache::Off => None,
+            },
         }
     }
 
@@ -59,7 +113,7 @@ impl KernelCache {
     }
 }
 
-/// Applies [`KernelCache::from_env`] (and [`crate::kernel_profile`]'s variable) to cubecl's
+/// Applies [`KernelCache::from_env`], [`tuning_kept_in_env`] (and [`crate::kernel_profile`]'s variable) to cubecl's
 /// configuration, once per process and before the first cubecl device exists (cubecl reads its
 /// configuration once). A configuration that cubecl has already read (another library set it
 /// first) is left as it is.
@@ -70,21 +124,20 @@ pub(crate) fn configure_cubecl() {
         use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
         use burn::cubecl::records::RecordLevel;
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
-        let keep = KernelCache::from_env();
-        let off = keep == KernelCache::Off;
+        let kept = KernelCache::from_env().kept(tuning_kept_in_env());
         // cubecl keeps its tuning on disk by default (its own variables can turn that off,
         // which is left to them); its compiled kernels only when told.
-        config.compilation.cache = !off;
-        if off {
+        config.compilation.cache = kept.kernels;
+        if !kept.tuning {
             config.autotune.disable_cache = true;
             config.throughput.disable_cache = true;
         }
         // cubecl's records of what each compilation cost grow the database by every session
         // and serve no cwm figure: off unless asked for by cubecl's own variable.
-        if off || std::env::var_os("CUBECL_ENVIRONMENT_RECORDS").is_none() {
+        if !kept.kernels || std::env::var_os("CUBECL_ENVIRONMENT_RECORDS").is_none() {
             config.environment.records.level = RecordLevel::Off;
         }
-        if let KernelCache::Directory(dir) = keep {
+        if let Some(dir) = kept.folder {
             config.environment.path = CacheConfig::Directory(dir);
         }
         crate::kernel_profile::apply(&mut config);
@@ -117,5 +170,36 @@ mod tests {
             parse(Some("offline")),
             KernelCache::Directory(PathBuf::from("/work/run/offline"))
         );
+    }
+
+    #[test]
+    fn tuning_results_stay_out_only_when_the_second_variable_says_off() {
+        let tuning = |v: Option<&str>| tuning_kept(v.map(OsStr::new));
+        for on in [
+            None,
+            Some(""),
+            Some("on"),
+            Some("1"),
+            Some("yes"),
+            Some("offline"),
+        ] {
+            assert!(tuning(on), "{on:?}");
+        }
+        for off in ["off", "Off", "0", "false", "NO"] {
+            assert!(!tuning(Some(off)), "{off}");
+        }
+        let dir = PathBuf::from("/scratch/kernels");
+        let folder = KernelCache::Directory(dir.clone());
+        let kept = |kernels, tuning, folder| Kept {
+            kernels,
+            tuning,
+            folder,
+        };
+        assert_eq!(folder.kept(true), kept(true, true, Some(dir.clone())));
+        assert_eq!(folder.kept(false), kept(true, false, Some(dir)));
+        assert_eq!(KernelCache::Default.kept(false), kept(true, false, None));
+        assert_eq!(KernelCache::Default.kept(true), kept(true, true, None));
+        // No cache keeps nothing, whatever the second variable says.
+        assert_eq!(KernelCache::Off.kept(true), kept(false, false, None));
     }
 }
