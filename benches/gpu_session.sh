@@ -13,20 +13,24 @@
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
 #   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
 #      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
-#   3. transformer: the transformer's cells of step 5 (when FAMILIES has it), so that
-#   4. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
+#   3. compile: cwm's process of every cell of step 6, PREWARM at a time, so that their kernels
+#      compile side by side into the kernel cache (compare_stacks.py --prewarm; at most
+#      PREWARM_S seconds);
+#   4. transformer: the transformer's cells of step 6 (when FAMILIES has it), so that
+#   5. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
-#   5. round1: every family at d128 and d512, one round;
-#   6. fused-device: the cells of step 5 with cwm's loss fused on the device;
-#   7. update-ops: the transformer's cells of step 5 (with FAMILIES other than all, its
+#   6. round1: every family at d128 and d512, one round;
+#   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
+#   8. update-ops: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with the optimizer's update as separate tensor operations, the baseline of
 #      the one-pass update cwm runs by default;
-#   8. round2: a second round of step 5 (the table docs/gpu.md carries);
-#   9. all-sizes: d256 and d384 too.
+#   9. round2: a second round of step 6 (the table docs/gpu.md carries);
+#  10. all-sizes: d256 and d384 too.
 #
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
-# an H200 without a cache); with CWM_KERNEL_CACHE pointing at $KERNEL_CACHE, later processes
-# reuse what earlier ones did, and the folder, packed after each step as
+# an H200 without a cache), one kernel after another on one core; with CWM_KERNEL_CACHE pointing
+# at $KERNEL_CACHE, later processes reuse what earlier ones did (step 3 is there so that the
+# cells' compilations run at once), and the folder, packed after each step as
 # $OUT/kernel-cache.tar.xz, can be brought back and carried to the next call as KERNEL_CACHE_IN.
 #
 # Eight files at most go to $OUT (the folder a lent machine sends back; target/gpu-session
@@ -38,9 +42,10 @@
 # still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
 # the last call's compare-stacks.jsonl in it.
 #
-# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 5, 6, 7),
-# PROFILE_SIZES (d512,d128: step 4),
-# MORE_SIZES (d256,d384: step 9; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6, 7, 8),
+# PROFILE_SIZES (d512,d128: step 5), PREWARM (4 processes at a time; 0 leaves step 3 out; each
+# holds its cell's GPU memory), PREWARM_S (300),
+# MORE_SIZES (d256,d384: step 10; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
 # (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
@@ -62,6 +67,8 @@ FAMILIES=${FAMILIES:-all}
 SIZES=${SIZES:-d128,d512}
 MORE_SIZES=${MORE_SIZES-d256,d384}
 PROFILE_SIZES=${PROFILE_SIZES-d512,d128}
+PREWARM=${PREWARM:-4}
+PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
@@ -137,12 +144,15 @@ pack_kernel_cache() {
 }
 
 # Runs compare_stacks.py as step NAME for FAMILIES within what is left, less a margin for the
-# steps after; its table goes under "## NAME" in tables.md, its progress likewise in
-# compare.log.
+# steps after (and within STEP_CAP seconds, when set); its table goes under "## NAME" in
+# tables.md, its progress likewise in compare.log.
 compare() {
   local name=$1 families=$2 sizes=$3 rounds=$4 status=0
   shift 4
   local budget=$(($(left) - 10))
+  if [ -n "${STEP_CAP:-}" ] && [ "$budget" -gt "$STEP_CAP" ]; then
+    budget=$STEP_CAP
+  fi
   if [ "$budget" -lt 30 ]; then
     say "$name: not run, $(left) s left"
     return 0
@@ -228,6 +238,9 @@ profile() {
   pack_kernel_cache
 }
 
+if [ "$PREWARM" -gt 0 ]; then
+  STEP_CAP=$PREWARM_S compare compile "$FAMILIES" "$SIZES" 1 --prewarm "$PREWARM" --prewarm-only
+fi
 if [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,transformer,* ]]; then
   compare transformer transformer "$SIZES" 1
 fi

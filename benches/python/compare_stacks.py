@@ -38,15 +38,30 @@ that each end in time and pick up where the last one stopped:
 * ``--resume`` (with ``--json-out``): a process whose line the file already holds for the same
   cell, side and round is not run again; its figures are read from the file. With every
   process there, nothing runs and the table is printed from the file.
+
+A cwm process on a GPU spends its first step compiling and autotuning the step's kernels
+(about 100 s on an H200), one kernel after another, and the compilation keeps one CPU core busy
+while the GPU idles. ``--prewarm P`` first runs cwm's process of every cell still to be measured,
+P at a time, with its warm-up and one timed step, so that the cells' compilations share the
+machine's cores; with ``CWM_KERNEL_CACHE`` set they leave the compiled kernels on disk for the
+measured processes. They run with ``CWM_KERNEL_TUNING=off``: a kernel timed while other
+processes shared the GPU may not be the fastest alone, so the measured processes tune again
+(timing only: every candidate is compiled by then). Their lines go to ``--json-out`` as side
+``prewarm`` (``--resume`` skips a cell prewarmed before); a prewarm process that fails is
+reported on stderr and its cell measured as usual. ``--prewarm-only`` stops after it and prints a
+table of the prewarm processes instead (exit status 1 if one failed, 3 if the budget cut it).
 """
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,16 +81,16 @@ def listed(text, known, what):
     return names
 
 
-def shape_args(args, arch, size):
+def shape_args(args, arch, size, steps=None):
     return [
         "--arch", arch, "--size", size, "--device", args.device,
         "--batch", str(args.batch), "--seq", str(args.seq),
-        "--warmup", str(args.warmup), "--steps", str(args.steps),
+        "--warmup", str(args.warmup), "--steps", str(steps or args.steps),
     ]  # fmt: skip
 
 
 def commands(args, arch, size):
-    """The two processes of one cell, cwm's first."""
+    """The two processes of one cell, cwm's first, and cwm's as the prewarm runs it."""
     cwm = [str(args.cwm), "--threads", str(args.threads), "model", "bench", "--json"]
     torch = [
         sys.executable,
@@ -85,9 +100,11 @@ def commands(args, arch, size):
         "--threads",
         str(args.threads),
     ]
+    variant = shlex.split(args.cwm_args)
     return {
-        "cwm": cwm + shape_args(args, arch, size) + shlex.split(args.cwm_args),
+        "cwm": cwm + shape_args(args, arch, size) + variant,
         "torch": torch + shape_args(args, arch, size),
+        "prewarm": cwm + shape_args(args, arch, size, steps=1) + variant,
     }
 
 
@@ -105,8 +122,9 @@ def cell_key(args, arch, size):
 
 
 def side_cell(args, cell, side):
-    """The cell as one side's records name it: cwm's with its ``--cwm-args``, if any."""
-    if side == "cwm" and args.cwm_args:
+    """The cell as one side's records name it: cwm's (and its prewarm's) with its
+    ``--cwm-args``, if any."""
+    if side in ("cwm", "prewarm") and args.cwm_args:
         return {**cell, "cwm_args": args.cwm_args}
     return cell
 
@@ -159,12 +177,14 @@ class Clock:
         return self.timeout_s, False
 
 
-def run(command, clock):
+def run(command, clock, env=None):
     """The process's JSON line. Raises RuntimeError with the last line of its stderr, or
     OutOfBudget when the budget, not --timeout, stopped it."""
     limit, by_budget = clock.process_limit()
     try:
-        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=limit)
+        done = subprocess.run(
+            command, check=False, capture_output=True, text=True, timeout=limit, env=env
+        )
     except subprocess.TimeoutExpired:
         if by_budget:
             clock.closed = True
@@ -204,6 +224,78 @@ def measure_cell(args, arch, size, sink, clock, earlier):
             figures[side].append(line)
     clock.longest_cell_s = max(clock.longest_cell_s, time.monotonic() - started)
     return figures
+
+
+# What the prewarm's processes run with (see the module docs).
+PREWARM_ENV = {"CWM_KERNEL_TUNING": "off"}
+
+
+def to_prewarm(args, cells, earlier):
+    """The cells whose cwm processes are not all in ``earlier`` and that were not prewarmed
+    before."""
+    def missing(key):
+        rounds = range(1, args.rounds + 1)
+        cwm = side_cell(args, key, "cwm")
+        return any(record_key(cwm, "cwm", r) not in earlier for r in rounds)
+
+    keys = [(arch, size, cell_key(args, arch, size)) for arch, size in cells]
+    return [
+        (arch, size) for arch, size, key in keys
+        if missing(key) and record_key(side_cell(args, key, "prewarm"), "prewarm", 0) not in earlier
+    ]  # fmt: skip
+
+
+def prewarm(args, cells, sink, clock):
+    """Runs the prewarm processes of ``cells``, ``args.prewarm`` at a time; per cell, its
+    JSON line (with ``wall_s``) or the error's text."""
+    lock = threading.Lock()
+    env = {**os.environ, **PREWARM_ENV}
+
+    def one(cell):
+        arch, size = cell
+        begun = time.monotonic()
+        try:
+            value = run(commands(args, arch, size)["prewarm"], clock, env)
+        except OutOfBudget:
+            return "not run: the time budget ran out"
+        except (RuntimeError, ValueError) as error:
+            print(f"compare_stacks: prewarm {arch} {size} failed: {error}", file=sys.stderr)
+            return f"failed: {error}"
+        wall_s = time.monotonic() - begun
+        key = side_cell(args, cell_key(args, arch, size), "prewarm")
+        line = {"side": "prewarm", "round": 0, "cell": key, "env": PREWARM_ENV, "wall_s": wall_s}
+        line.update(value)
+        with lock:
+            print(f"compare_stacks: prewarm {arch} {size} ({wall_s:.1f} s)", file=sys.stderr)
+            if sink is not None:
+                sink.write(json.dumps(line) + "\n")
+                sink.flush()
+        return line
+
+    with ThreadPoolExecutor(max_workers=args.prewarm) as pool:
+        return dict(zip(cells, pool.map(one, cells)))
+
+
+def prewarm_table(args, results):
+    """The prewarm's processes as a markdown table, and the exit status they make."""
+    lines = [
+        f"cwm's prewarm at batch {args.batch} × {args.seq} tokens on {args.device}: "
+        f"{args.warmup} warm-up step(s) and one timed step per cell, {args.prewarm} at a time, "
+        + ", ".join(f"{k}={v}" for k, v in PREWARM_ENV.items()),
+        "",
+        "| family | size | first step s | process s | result |",
+        "|---|---|---:|---:|---|",
+    ]
+    for (arch, size), result in results.items():
+        if isinstance(result, dict):
+            first = (result.get("warmup_s") or [None])[0]
+            first = "" if first is None else f"{first:.1f}"
+            lines.append(f"| {arch} | {size} | {first} | {result['wall_s']:.1f} | done |")
+        else:
+            lines.append(f"| {arch} | {size} |  |  | {result} |")
+    texts = [r for r in results.values() if isinstance(r, str)]
+    status = 1 if any(t.startswith("failed") for t in texts) else 3 if texts else 0
+    return "\n".join(lines), status
 
 
 def mib(value):
@@ -282,6 +374,10 @@ def main():
     parser.add_argument("--resume", action="store_true", help="reuse what --json-out already holds")
     parser.add_argument("--budget-s", type=float, help="end within this many seconds (see above)")
     parser.add_argument("--timeout", type=float, help="stop a process after this many seconds")
+    parser.add_argument(
+        "--prewarm", type=int, metavar="P", help="compile cwm's kernels first, P cells at a time"
+    )
+    parser.add_argument("--prewarm-only", action="store_true", help="stop after the prewarm")
     args = parser.parse_args()
     if min(args.batch, args.seq, args.steps, args.rounds, args.threads) < 1 or args.warmup < 0:
         parser.error(
@@ -291,25 +387,37 @@ def main():
         parser.error("--budget-s and --timeout must be positive")
     if args.resume and args.json_out is None:
         parser.error("--resume reads the file of --json-out: give one")
+    if args.prewarm is not None and args.prewarm < 1:
+        parser.error("--prewarm must be positive")
+    if args.prewarm_only and args.prewarm is None:
+        parser.error("--prewarm-only needs --prewarm P")
     if not args.cwm.is_file():
         parser.error(f"{args.cwm} is not a file (build cwm, or pass --cwm)")
 
     earlier = recorded(args.json_out) if args.resume else {}
     clock = Clock(args.budget_s, args.timeout)
     sink = args.json_out.open("a") if args.json_out else None
+    cells = [(arch, size) for arch in args.families for size in args.sizes]
+    if args.prewarm is not None:
+        results = prewarm(args, to_prewarm(args, cells, earlier), sink, clock)
+        if args.prewarm_only:
+            if sink is not None:
+                sink.close()
+            table, status = prewarm_table(args, results)
+            print(table)
+            sys.exit(status)
     lines, failed, not_run = [header(args)], 0, 0
-    for arch in args.families:
-        for size in args.sizes:
-            clock.check_a_cell_fits()
-            try:
-                lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
-            except OutOfBudget:
-                not_run += 1
-                lines.append(note_row(arch, size, "not run: the time budget ran out"))
-            except (RuntimeError, ValueError, KeyError) as error:
-                failed += 1
-                print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
-                lines.append(note_row(arch, size, f"failed: {error}"))
+    for arch, size in cells:
+        clock.check_a_cell_fits()
+        try:
+            lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
+        except OutOfBudget:
+            not_run += 1
+            lines.append(note_row(arch, size, "not run: the time budget ran out"))
+        except (RuntimeError, ValueError, KeyError) as error:
+            failed += 1
+            print(f"compare_stacks: {arch} {size} failed: {error}", file=sys.stderr)
+            lines.append(note_row(arch, size, f"failed: {error}"))
     if sink is not None:
         sink.close()
     if not_run:

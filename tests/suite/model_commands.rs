@@ -259,6 +259,80 @@ fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
     );
 }
 
+/// The JSON lines of `path` whose side is `side`.
+fn lines_of_side(path: &Path, side: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["side"] == side)
+        .collect()
+}
+
+#[test]
+fn a_stack_comparison_prewarms_cwm_s_cells_side_by_side_and_only_once() {
+    if !torch_and_slices() {
+        return;
+    }
+    let ws = Workspace::new("compare-stacks-prewarm");
+    let json_out = ws.dir.join("figures.jsonl");
+    let families = "slice_diag,transformer";
+    let only = ["--rounds", "1", "--prewarm", "2", "--prewarm-only"];
+    let (code, table, stderr) = compare_stacks(&ws, families, &json_out, &only);
+    assert_eq!(code, Some(0), "{table}\n{stderr}");
+    assert!(
+        table.contains("2 at a time, CWM_KERNEL_TUNING=off"),
+        "{table}"
+    );
+    for family in ["slice_diag", "transformer"] {
+        let cells = table_row(&table, family);
+        assert_eq!(cells[5], "done", "{cells:?}");
+        assert!(cells[4].parse::<f64>().unwrap() > 0.0, "{cells:?}");
+    }
+    assert!(
+        !stderr.contains("round 1"),
+        "a cell was measured:\n{stderr}"
+    );
+    let prewarmed = lines_of_side(&json_out, "prewarm");
+    assert_eq!(prewarmed.len(), 2, "{prewarmed:?}");
+    for line in &prewarmed {
+        assert_eq!(line["env"]["CWM_KERNEL_TUNING"], "off", "{line}");
+        assert_eq!(
+            line["step_s"].as_array().unwrap().len(),
+            1,
+            "one timed step: {line}"
+        );
+        assert_eq!(line["round"], 0, "{line}");
+    }
+
+    // Measuring with --prewarm and --resume: the prewarmed cells are not prewarmed again.
+    let measure = ["--rounds", "1", "--prewarm", "2", "--resume"];
+    let (code, out, stderr) = compare_stacks(&ws, families, &json_out, &measure);
+    assert_eq!(code, Some(0), "{out}\n{stderr}");
+    assert!(!stderr.contains("prewarm"), "{stderr}");
+    assert!(stderr.contains("transformer d128 round 1: cwm"), "{stderr}");
+    assert_eq!(lines_of_side(&json_out, "prewarm").len(), 2);
+    assert_eq!(lines_of_side(&json_out, "cwm").len(), 2);
+
+    // A variant of cwm's step is a cell of its own, prewarmed though its plain cell was.
+    let variant = [
+        "--rounds",
+        "1",
+        "--prewarm",
+        "1",
+        "--prewarm-only",
+        "--resume",
+        "--cwm-args=--update ops",
+    ];
+    let (code, table, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &variant);
+    assert_eq!(code, Some(0), "{table}\n{stderr}");
+    assert_eq!(table_row(&table, "slice_diag")[5], "done", "{table}");
+    let prewarmed = lines_of_side(&json_out, "prewarm");
+    assert_eq!(prewarmed.len(), 3);
+    assert_eq!(prewarmed[2]["cell"]["cwm_args"], "--update ops");
+    assert_eq!(prewarmed[2]["update"], "ops");
+}
+
 #[test]
 fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
     if !require_python("torch", "pip install torch==2.15.0") {
@@ -385,6 +459,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     assert_eq!(
         steps,
         [
+            "compile",
             "profile",
             "round1",
             "fused-device",
@@ -425,9 +500,14 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         "{tables}"
     );
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
-    // Two rounds of both sides, and cwm's two variants once each.
+    assert_eq!(
+        table_row(section(&tables, "compile"), "slice_diag")[5],
+        "done"
+    );
+    assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
+    // The prewarm, two rounds of both sides, and cwm's two variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 6, "{lines}");
+    assert_eq!(lines.lines().count(), 7, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 
