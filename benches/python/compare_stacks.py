@@ -27,6 +27,9 @@ reuses PyTorch's. The column before the last names the loss kernel and the optim
 cwm ran (``--update ops``: the update as separate tensor operations); the last gives
 the time of cwm's first warm-up step (median over rounds), which on a GPU holds the compilation
 and autotuning of the step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had.
+The last, "cwm's step queued by", is the share of cwm's step after which the host had recorded
+the forward and backward passes (``queued_s``; median over steps, then rounds): on a GPU, near
+100 % means the host sets the pace, far under it the device.
 
 For a machine lent for a limited time, two more options make the comparison a series of calls
 that each end in time and pick up where the last one stopped:
@@ -320,8 +323,20 @@ def row(arch, size, figures):
     first = f"{statistics.median(firsts):.1f}" if firsts else ""
     return (
         f"| {arch} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}× | "
-        f"{mib(cwm_memory)} | {torch_memory} | {notes} | {first} |"
+        f"{mib(cwm_memory)} | {torch_memory} | {notes} | {first} | {queued_share(figures['cwm'])} |"
     )
+
+
+def queued_share(lines):
+    """The median over rounds of the share of cwm's step that the host spent recording its
+    forward and backward passes (``queued_s`` over ``step_s``, step by step); blank for lines
+    without it."""
+    shares = [
+        statistics.median(q / s for q, s in zip(f["queued_s"], f["step_s"]))
+        for f in lines
+        if f.get("queued_s")
+    ]
+    return f"{100 * statistics.median(shares):.0f} %" if shares else ""
 
 
 # The table's columns, with each one's markdown alignment.
@@ -329,6 +344,7 @@ COLUMNS = [
     ("family", "---"), ("size", "---"), ("cwm tokens/s", "---:"), ("PyTorch tokens/s", "---:"),
     ("ratio", "---:"), ("cwm MiB", "---:"), ("PyTorch MiB reserved (allocated)", "---:"),
     ("precision and loss, PyTorch's step", "---"), ("cwm's first step s", "---:"),
+    ("cwm's step queued by", "---:"),
 ]
 
 

@@ -194,6 +194,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
+            "queued_s": figures.queued_s,
             "warmup_s": figures.warmup_s,
             "last_loss": figures.last_loss,
             "peak_reserved_bytes": figures.peak_reserved_bytes,

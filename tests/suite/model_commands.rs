@@ -34,6 +34,7 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert_eq!(figures["device"], "cpu");
     assert_eq!(figures["threads"], 1);
     assert_eq!(figures["step_s"].as_array().map(Vec::len), Some(3));
+    assert_eq!(figures["queued_s"].as_array().map(Vec::len), Some(3));
     let tokens_per_s = figures["tokens_per_s"].as_f64().expect("tokens_per_s");
     let median = figures["median_step_s"].as_f64().expect("median_step_s");
     assert!((tokens_per_s * median - 32.0).abs() < 1e-6, "{figures}");
@@ -166,11 +167,11 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
         format!("{:.0}", median("cwm")),
         "{cells:?}"
     );
-    // The last column: cwm's first warm-up step, the median over its two processes (blank
-    // without warm-up steps, as in the tests below).
-    let firsts: Vec<f64> = lines
+    // cwm's first warm-up step, the median over its two processes (blank without warm-up
+    // steps, as in the tests below).
+    let cwm_lines: Vec<&serde_json::Value> = lines.iter().filter(|l| l["side"] == "cwm").collect();
+    let firsts: Vec<f64> = cwm_lines
         .iter()
-        .filter(|l| l["side"] == "cwm")
         .map(|l| l["warmup_s"][0].as_f64().unwrap())
         .collect();
     assert_eq!(
@@ -178,6 +179,26 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
         format!("{:.1}", (firsts[0] + firsts[1]) / 2.0),
         "{cells:?}"
     );
+    // The last: the share of the step the host took to record forward and backward passes,
+    // the median over the two processes of each one's median over its steps.
+    let share = |l: &serde_json::Value| {
+        let mut shares: Vec<f64> = l["queued_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(l["step_s"].as_array().unwrap())
+            .map(|(q, s)| q.as_f64().unwrap() / s.as_f64().unwrap())
+            .collect();
+        shares.sort_by(f64::total_cmp);
+        let n = shares.len();
+        if n % 2 == 1 {
+            shares[n / 2]
+        } else {
+            (shares[n / 2 - 1] + shares[n / 2]) / 2.0
+        }
+    };
+    let expected = (share(cwm_lines[0]) + share(cwm_lines[1])) / 2.0;
+    assert_eq!(cells[10], format!("{:.0} %", 100.0 * expected), "{cells:?}");
 }
 
 #[test]

@@ -6,11 +6,18 @@
 //! Every step trains on one fixed batch of `batch` sequences of `seq` tokens: START then
 //! pseudo-random move ids, pseudo-random targets within each label's classes, no padding.
 //! After `warmup` steps, `steps` steps are timed one by one. A step reads back to the host
-//! what the train stage's step reads, as it reads them: the loss with the gradient norm after
-//! the backward pass (one read-back), then whether every parameter is still finite after the
-//! update (spec D.1 steps 5 and 7); its time ends with the last, so work queued on a GPU is
-//! counted. Each step ends, untimed, with a barrier on the device, so that cubecl's kernel
-//! profiler (`CWM_KERNEL_PROFILE`, `cwm_models::kernel_profile`) writes one table per step.
+//! what the train stage's step reads, as it reads it: loss, gradient norm, clipping factor and
+//! whether every parameter is still finite, in one read-back after the update (spec D.1 steps
+//! 5 and 7); its time ends there, so work queued on a GPU is counted. Each step ends, untimed,
+//! with a barrier on the device, so that cubecl's kernel profiler (`CWM_KERNEL_PROFILE`,
+//! `cwm_models::kernel_profile`) writes one table per step.
+//!
+//! Beside each step's time, the time the host took to record its forward and backward passes
+//! (`queued_s`): on a device that runs what it is given while the host goes on (CUDA), those
+//! passes are queued, not run, by then, so a figure near the step's says the host sets the pace
+//! (recording operations, fusion's planning, launches), or the device's queue was full; one far
+//! under it says the device does. On the CPU the operations run as they are recorded, so there
+//! it is their time.
 
 use std::time::Instant;
 
@@ -81,6 +88,9 @@ pub struct Throughput {
     pub median_step_s: f64,
     /// Every timed step, in order.
     pub step_s: Vec<f64>,
+    /// For every timed step, the seconds from its start until the host had recorded the
+    /// forward and backward passes, before the optimizer (see the module docs).
+    pub queued_s: Vec<f64>,
     /// Every warm-up step, in order: on a cubecl device the first ones hold the compilation
     /// and autotuning of the step's kernels (less what the kernel cache already had).
     pub warmup_s: Vec<f64>,
@@ -156,6 +166,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         ..AdamWConfig::new(0.95, 0.01, 1.0)
     });
     let mut step_s = Vec::with_capacity(options.steps);
+    let mut queued_s = Vec::with_capacity(options.steps);
     let mut warmup_s = Vec::with_capacity(options.warmup);
     let mut last_loss = f64::NAN;
     let mut peak_reserved_bytes = None;
@@ -170,6 +181,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         };
         let detached = loss.clone().detach();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let queued = start.elapsed().as_secs_f64();
         let outcome;
         (model, outcome) = optim.step(model, detached, &grads, 3e-4)?;
         last_loss = outcome.loss;
@@ -186,6 +198,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         let seconds = start.elapsed().as_secs_f64();
         if step >= options.warmup {
             step_s.push(seconds);
+            queued_s.push(queued);
         } else {
             warmup_s.push(seconds);
         }
@@ -204,6 +217,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         tokens_per_s: (batch * seq) as f64 / median_step_s,
         median_step_s,
         step_s,
+        queued_s,
         warmup_s,
         last_loss,
         chunk_size: (options.model.family != Family::Transformer)
@@ -227,6 +241,10 @@ mod tests {
         let figures = measure(&options).unwrap();
         assert_eq!(figures.step_s.len(), 3);
         assert!(figures.step_s.iter().all(|&s| s > 0.0));
+        assert_eq!(figures.queued_s.len(), 3);
+        for (queued, step) in figures.queued_s.iter().zip(&figures.step_s) {
+            assert!(0.0 < *queued && queued < step, "{queued} of {step}");
+        }
         assert_eq!(figures.warmup_s.len(), 1);
         assert!(figures.warmup_s[0] > 0.0);
         let expected = 32.0 / figures.median_step_s;
