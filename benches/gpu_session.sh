@@ -43,7 +43,7 @@
 # the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6, 7, 8),
-# PROFILE_SIZES (d512,d128: step 5), PREWARM (4 processes at a time; 0 leaves step 3 out; each
+# PROFILE_SIZES (d512,d128: step 5), PREWARM (6 processes at a time; 0 leaves step 3 out; each
 # holds its cell's GPU memory), PREWARM_S (300),
 # MORE_SIZES (d256,d384: step 10; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
@@ -67,7 +67,7 @@ FAMILIES=${FAMILIES:-all}
 SIZES=${SIZES:-d128,d512}
 MORE_SIZES=${MORE_SIZES-d256,d384}
 PROFILE_SIZES=${PROFILE_SIZES-d512,d128}
-PREWARM=${PREWARM:-4}
+PREWARM=${PREWARM:-6}
 PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
@@ -176,7 +176,7 @@ compare() {
 # goes, kernel by kernel. cwm's process (CWM_KERNEL_PROFILE: cubecl's profiler log and nothing
 # else) finds its kernels compiled and tuned in the kernel cache; kernel_profile.py turns the
 # log's last tables into one step's and compares it with the step's time without the profiler
-# (the comparison's, when step 3 measured it); train_torch.py --profile gives torch.profiler's
+# (the comparison's, when step 4 measured it); train_torch.py --profile gives torch.profiler's
 # table of the reference's step. All of it goes to profile.md, each process's own output too;
 # the logs, compressed, to profile-logs.tar.xz. On the CPU (no kernel profiler in cwm's flex
 # build) only the reference's side has a table.
