@@ -1,21 +1,37 @@
-//! Dropout with a fast mask generator on the CPU backend.
+//! Dropout with a mask that is a function of a seed and each element's index.
 //!
 //! [`dropout`] is `burn::nn::Dropout::forward` with the same switches (active only in training
 //! mode, on an autodiff device, with a non-zero probability) and the same result, `x · m /
-//! keep` with `m ~ Bernoulli(keep)` elementwise. On burn's `flex` CPU backend the mask is drawn
-//! here instead of by the backend: burn's `Tensor::random` samples every element through a
+//! keep` with `m ~ Bernoulli(keep)` elementwise, but its mask is not drawn element by element
+//! from the backend's generator (burn's `Tensor::random` samples every element through a
 //! ChaCha generator and a Bernoulli sampler, which took about a tenth of a d128 training step
-//! on one core. On every other device (CUDA) the module's own `forward` runs, so the mask is
-//! drawn where the tensor lives.
+//! on one core). One 64-bit seed is drawn from that generator per call, as three 30-bit
+//! integers on the device, and element `i` is kept iff the high 32 bits of SplitMix64(`seed +
+//! (i + 1) · γ`) fall below `keep · 2³²` ([`mask_values`]). Reseeding the backend (as the train
+//! stage does before every step) therefore reproduces the masks exactly, on any thread count,
+//! and a CPU and a GPU given the same three integers drop the same elements.
 //!
-//! The fast mask is still a function of the backend's seeded generator: one 64-bit seed is
-//! drawn from it per call, and element `i` keeps its value iff the high 32 bits of
-//! SplitMix64(`seed + (i + 1) · γ`) fall below `keep · 2³²`. Reseeding the backend (as the train
-//! stage does before every step) therefore reproduces the masks exactly, on any thread count.
+//! Since the mask follows from the seed, [`hashed_dropout`] is one operation whose backward pass
+//! is the same operation on the gradient: autodiff keeps the three integers for it instead of a
+//! mask as large as the activations (an `f32` one per dropout, 64 MiB each for a d512 model at
+//! batch 128 × 256, thirteen of them in the transformer). On `flex` it multiplies by the mask
+//! of [`mask_values`]; on cubecl's backends (`cuda`, `cube-cpu`) one kernel computes the mask
+//! of each element where it multiplies it, so no mask is stored at all.
+//!
+//! The attention probabilities' dropout ([`dropout_mask`]) still draws a mask tensor, which the
+//! attention operation keeps in the probabilities' signs (`crate::attention`).
 
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::nn::Dropout;
 use burn::prelude::*;
-use burn::tensor::Distribution;
+use burn::tensor::{DType, Distribution};
 use rayon::prelude::*;
 
 use crate::rng::rng_lock;
@@ -55,15 +71,271 @@ pub fn mask_values(seed: u64, len: usize, threshold: u64, scale: f32) -> Vec<f32
     values
 }
 
-/// `module.forward(x)`, with the mask drawn by [`mask_values`] when `x` is on the `flex` CPU
-/// backend (see the module docs).
+/// `module.forward(x)` (see the module docs): [`hashed_dropout`] for an `f32` tensor, `x` times
+/// [`dropout_mask`]'s mask for another.
 ///
 /// # Shapes
 /// - `x`: any; output: the same
 pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    match dropout_mask(module, x.dims(), &x.device()) {
-        Some(mask) => x * mask,
-        None => x,
+    let device = x.device();
+    if !active(module, &device) {
+        return x;
+    }
+    if x.dtype() != DType::F32 {
+        return match dropout_mask(module, x.dims(), &device) {
+            Some(mask) => x * mask,
+            None => x,
+        };
+    }
+    let parts = {
+        let _rng = rng_lock();
+        seed_parts(&device)
+    };
+    hashed_dropout(x, parts, 1.0 - module.prob, kept_scale(module))
+}
+
+/// Whether `module` drops anything on `device`: in training, on an autodiff device, with a
+/// probability above 0.
+fn active(module: &Dropout, device: &Device) -> bool {
+    module.training.is_enabled() && device.is_autodiff() && module.prob != 0.0
+}
+
+/// Three 30-bit draws from the backend's generator, on `device`: a mask's seed (30 bits: the
+/// integer tensors may be i32, and the bound must be representable). The caller holds the
+/// generator's lock.
+fn seed_parts(device: &Device) -> Tensor<1, Int> {
+    Tensor::<1, Int>::random([3], Distribution::Uniform(0.0, 1_073_741_824.0), device)
+}
+
+/// The seed three draws of [`seed_parts`] make, in their order.
+fn fold_seed(parts: impl IntoIterator<Item = i64>) -> u64 {
+    parts
+        .into_iter()
+        .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF))
+}
+
+/// `x ∘ m`, `m` the mask of [`mask_values`] with the seed [`fold_seed`] makes of `parts`, the
+/// threshold `keep · 2³²` and the kept elements' value `scale`, element `i` in `x`'s row-major
+/// order. One operation whose backward pass is the same operation on the gradient (see the
+/// module docs).
+///
+/// # Shapes
+/// - `x`: any; `parts`: `[3]`; output: `x`'s
+pub fn hashed_dropout<const D: usize>(
+    x: Tensor<D>,
+    parts: Tensor<1, Int>,
+    keep: f64,
+    scale: f32,
+) -> Tensor<D> {
+    let threshold = (keep * 4_294_967_296.0) as u64;
+    Tensor::from_dispatch(<Dispatch as DropoutOps>::hashed_dropout(
+        x.into_dispatch(),
+        parts.into_dispatch(),
+        threshold,
+        scale,
+    ))
+}
+
+/// [`hashed_dropout`] as a backend operation.
+#[backend_extension(
+    Flex,
+    Cube: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Fusion: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Autodiff
+)]
+pub trait DropoutOps: Backend {
+    /// `x ∘ m` for the mask of `parts`, `threshold` and `scale` (see [`hashed_dropout`]).
+    #[fusion(dtype = x, shape = x)]
+    fn hashed_dropout(
+        x: FloatTensor<Self>,
+        parts: IntTensor<Self>,
+        threshold: u64,
+        scale: f32,
+    ) -> FloatTensor<Self>;
+}
+
+mod flex {
+    use burn::backend::TensorMetadata;
+    use burn::backend::flex::{Flex, FlexTensor};
+    use burn::backend::ops::FloatTensorOps;
+    use burn::tensor::{DType, TensorData};
+
+    use super::{DropoutOps, fold_seed, mask_values};
+
+    /// The three parts of a seed, as `i64`.
+    fn parts_of(parts: &FlexTensor) -> Vec<i64> {
+        match parts.dtype() {
+            DType::I32 => parts.storage::<i32>().iter().map(|&p| p as i64).collect(),
+            _ => parts.storage::<i64>().to_vec(),
+        }
+    }
+
+    impl DropoutOps for Flex {
+        fn hashed_dropout(
+            x: FlexTensor,
+            parts: FlexTensor,
+            threshold: u64,
+            scale: f32,
+        ) -> FlexTensor {
+            let seed = fold_seed(parts_of(&parts));
+            let shape = x.shape();
+            let values = mask_values(seed, shape.num_elements(), threshold, scale);
+            let mask = Flex::float_from_data(TensorData::new(values, shape), &x.device());
+            let mask = Flex::float_cast(mask, x.dtype().into());
+            Flex::float_mul(x, mask)
+        }
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+mod cube {
+    use burn::backend::cubecl::dtype_to_storage_type;
+    use burn::backend::ops::FloatTensorOps;
+    use burn::cubecl;
+    use burn::cubecl::calculate_cube_count_elemwise;
+    use burn::cubecl::prelude::*;
+    use burn::tensor::{DType, FloatDType};
+    use burn_cubecl::CubeBackend;
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::ops::numeric::empty_device_dtype;
+    use burn_cubecl::tensor::CubeTensor;
+
+    use super::DropoutOps;
+
+    /// SplitMix64's output function ([`super::mix`]).
+    #[cube]
+    fn mix(z: u64) -> u64 {
+        let a = (z ^ (z >> u64::new(30))) * 0xBF58_476D_1CE4_E5B9u64;
+        let b = (a ^ (a >> u64::new(27))) * 0x94D0_49BB_1331_11EBu64;
+        b ^ (b >> u64::new(31))
+    }
+
+    /// One element per unit: `x[i] · m[i]`, `m[i]` [`super::mask_values`]'s element `i` for the
+    /// seed the three `parts` make.
+    #[cube(launch)]
+    fn dropout_kernel<I: Int>(
+        x: &Tensor<f32>,
+        parts: &Tensor<I>,
+        out: &mut Tensor<f32>,
+        threshold: u64,
+        scale: f32,
+        #[define(I)] _dtype: ElemType,
+    ) {
+        let i = ABSOLUTE_POS;
+        if i >= out.len() {
+            terminate!();
+        }
+        let low = u64::new(0x3FFF_FFFF);
+        let mut seed = u64::new(0);
+        for p in 0..3usize {
+            seed = (seed << u64::new(30)) ^ (u64::cast_from(parts[p]) & low);
+        }
+        let counter = seed + (u64::cast_from(i) + u64::new(1)) * 0x9E37_79B9_7F4A_7C15u64;
+        let mut m = 0.0f32;
+        if (mix(counter) >> u64::new(32)) < threshold {
+            m = scale;
+        }
+        out[i] = x[i] * m;
+    }
+
+    // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
+    // implementation records this kernel as one operation.
+    impl DropoutOps for CubeBackend {
+        fn hashed_dropout(
+            x: CubeTensor,
+            parts: CubeTensor,
+            threshold: u64,
+            scale: f32,
+        ) -> CubeTensor {
+            let dtype = x.dtype;
+            if dtype != DType::F32 {
+                let x = CubeBackend::float_cast(x, FloatDType::F32);
+                let out = Self::hashed_dropout(x, parts, threshold, scale);
+                return CubeBackend::float_cast(out, dtype.into());
+            }
+            let (x, parts) = (into_contiguous(x), into_contiguous(parts));
+            let (client, device) = (x.client.clone(), x.device.clone());
+            let out = empty_device_dtype(client.clone(), device, x.meta.shape().clone(), dtype);
+            let n = out.meta.shape().num_elements();
+            if n == 0 {
+                return out;
+            }
+            let cube_dim = CubeDim::new(&client, n);
+            let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+            let int_type = dtype_to_storage_type(parts.dtype);
+            dropout_kernel::launch(
+                &client,
+                cube_count,
+                cube_dim,
+                x.into_tensor_arg(),
+                parts.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+                threshold,
+                scale,
+                int_type,
+            );
+            out
+        }
+    }
+}
+
+/// What the backward pass keeps: the seed's parts and the mask's settings.
+#[derive(Debug, Clone)]
+struct Seeded<B: Backend> {
+    parts: IntTensor<B>,
+    threshold: u64,
+    scale: f32,
+}
+
+/// The backward pass of [`hashed_dropout`]: the same mask on the gradient.
+#[derive(Debug)]
+struct DropoutBackward;
+
+impl<B: Backend + DropoutOps> Backward<B, 1> for DropoutBackward {
+    type State = Seeded<B>;
+
+    fn backward(self, ops: Ops<Seeded<B>, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        if let Some(node) = node {
+            let Seeded {
+                parts,
+                threshold,
+                scale,
+            } = ops.state;
+            grads.register::<B>(node.id, B::hashed_dropout(grad, parts, threshold, scale));
+        }
+    }
+}
+
+impl<B: Backend + DropoutOps, C: CheckpointStrategy> DropoutOps for Autodiff<B, C> {
+    fn hashed_dropout(
+        x: FloatTensor<Self>,
+        parts: IntTensor<Self>,
+        threshold: u64,
+        scale: f32,
+    ) -> FloatTensor<Self> {
+        match DropoutBackward
+            .prepare::<C>([x.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = B::hashed_dropout(x.into_primitive(), parts.clone(), threshold, scale);
+                let state = Seeded {
+                    parts,
+                    threshold,
+                    scale,
+                };
+                prep.finish(state, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::hashed_dropout(
+                x.into_primitive(),
+                parts,
+                threshold,
+                scale,
+            )),
+        }
     }
 }
 
@@ -79,7 +351,7 @@ pub fn dropout_mask<const D: usize>(
     shape: [usize; D],
     device: &Device,
 ) -> Option<Tensor<D>> {
-    if !module.training.is_enabled() || !device.is_autodiff() || module.prob == 0.0 {
+    if !active(module, device) {
         return None;
     }
     let (keep, scale) = (1.0 - module.prob, kept_scale(module));
@@ -88,12 +360,7 @@ pub fn dropout_mask<const D: usize>(
         let kept = Tensor::<D>::random(shape, Distribution::Bernoulli(keep), device);
         return Some(kept * scale);
     }
-    // Three 30-bit draws from the backend's generator make the seed of this mask (30 bits: the
-    // integer tensors may be i32, and the bound must be representable).
-    let seed = Tensor::<1, Int>::random([3], Distribution::Uniform(0.0, 1_073_741_824.0), device)
-        .into_data()
-        .iter::<i64>()
-        .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF));
+    let seed = fold_seed(seed_parts(device).into_data().iter::<i64>());
     Some(mask(shape, keep, scale, seed, device))
 }
 
@@ -121,6 +388,88 @@ fn mask<const D: usize>(
 mod tests {
     use super::*;
     use burn::nn::DropoutConfig;
+
+    /// Three 30-bit seed parts on `device`.
+    fn parts(device: &Device) -> Tensor<1, Int> {
+        let values = vec![123_456_789i64, 987_654_321, 555_555_555];
+        Tensor::<1, Int>::from_data(TensorData::new(values, [3]), device)
+    }
+
+    fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
+        let values = t.into_data().try_to_vec::<f32>().unwrap();
+        values.into_iter().map(f32::to_bits).collect()
+    }
+
+    /// The operation is `x` times the mask of `mask_values` in value, and its backward pass
+    /// is the gradient times the same mask, bit for bit (negative values and zeros included).
+    #[test]
+    fn hashed_dropout_is_the_mask_product_and_so_is_its_gradient() {
+        let device = Device::flex().autodiff();
+        device.seed(5);
+        let shape = [7, 33, 5];
+        let x = Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), &device)
+            .mask_fill(
+                Tensor::<3>::random(shape, Distribution::Bernoulli(0.1), &device).bool(),
+                0.0,
+            )
+            .require_grad();
+        let weights = Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let scale = (1.0f64 / 0.7) as f32;
+        let seed = fold_seed(parts(&device).into_data().iter::<i64>());
+        let expected_mask = mask(shape, 0.7, scale, seed, &device);
+        let out = hashed_dropout(x.clone(), parts(&device), 0.7, scale);
+        assert_eq!(bits(out.clone()), bits(x.clone() * expected_mask.clone()));
+        let grads = (out * weights.clone()).sum().backward();
+        let grad = x.grad(&grads).expect("x is tracked");
+        assert_eq!(
+            bits(Tensor::<3>::from_inner(grad)),
+            bits(weights * expected_mask)
+        );
+        let dropped = bits(hashed_dropout(x.detach(), parts(&device), 0.7, scale))
+            .into_iter()
+            .filter(|&b| b & 0x7FFF_FFFF == 0)
+            .count();
+        // 1,155 elements, about a tenth zero and 30 % of the rest dropped: some 450.
+        assert!((350..560).contains(&dropped), "{dropped} zeros");
+    }
+
+    /// On the CPU the masks are those of the mask tensor drawn the old way from the same
+    /// generator state: the change to one operation leaves CPU training as it was.
+    #[test]
+    fn dropout_keeps_the_masks_of_the_mask_tensor_drawn_from_the_same_state() {
+        let device = Device::flex().autodiff();
+        let module = DropoutConfig::new(0.1).init();
+        let x = Tensor::<2>::random([40, 50], Distribution::Normal(0.0, 1.0), &device);
+        device.seed(11);
+        let fused = bits(dropout(&module, x.clone()));
+        device.seed(11);
+        let mask = dropout_mask(&module, [40, 50], &device).expect("active");
+        assert_eq!(fused, bits(x * mask));
+    }
+
+    /// cubecl's kernel against the CPU's mask, bit for bit, over more than one cube's worth of
+    /// elements, forward and backward (`CARGO_TARGET_DIR=target/cube-cpu cargo test --release
+    /// -p cwm-models --features cube-cpu --lib hashed_dropout`).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn the_kernel_drops_what_the_cpu_drops_on_cube_cpu() {
+        let cpu = Device::flex().autodiff();
+        let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
+        let n = 100_003;
+        let values: Vec<f32> = (0..n).map(|i| ((i % 199) as f32 - 99.0) / 7.0).collect();
+        let scale = (1.0f64 / 0.9) as f32;
+        let run = |device: &Device| {
+            let x =
+                Tensor::<1>::from_data(TensorData::new(values.clone(), [n]), device).require_grad();
+            let out = hashed_dropout(x.clone(), parts(device), 0.9, scale);
+            let grads = (out.clone() * out.clone().detach()).sum().backward();
+            let grad = Tensor::<1>::from_inner(x.grad(&grads).unwrap());
+            (bits(out), bits(grad))
+        };
+        let (on_cpu, on_cube) = (run(&cpu), run(&cube));
+        assert_eq!(on_cpu.0, on_cube.0, "forward");
+        assert_eq!(on_cpu.1, on_cube.1, "backward");
+    }
 
     #[test]
     fn the_kept_fraction_is_the_keep_probability() {
