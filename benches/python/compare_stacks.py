@@ -23,13 +23,13 @@ error's last line, the other cells go on, and the exit status is 1.
 ``--cwm-args`` times a variant of cwm's step (``"--loss fused-device"``, ``"--chunk-size
 32"``): the arguments go to every ``cwm model bench`` and into the cwm side's record, so a run
 with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
-reuses PyTorch's. The column before the last names the loss kernel and the optimizer's update
-cwm ran (``--update ops``: the update as separate tensor operations); the last gives
-the time of cwm's first warm-up step (median over rounds), which on a GPU holds the compilation
-and autotuning of the step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had.
-The last, "cwm's step queued by", is the share of cwm's step after which the host had recorded
-the forward and backward passes (``queued_s``; median over steps, then rounds): on a GPU, near
-100 % means the host sets the pace, far under it the device.
+reuses PyTorch's. The table's last three columns: the loss kernel and the optimizer's update
+cwm ran (``--update ops``: the update as separate tensor operations); the time of cwm's first
+warm-up step (median over rounds), which on a GPU holds the compilation and autotuning of the
+step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had; and the share of cwm's
+step after which the host had recorded the forward and backward passes (``queued_s``; median
+over steps, then rounds): on a GPU, near 100 % means the host sets the pace, far under it the
+device.
 
 For a machine lent for a limited time, two more options make the comparison a series of calls
 that each end in time and pick up where the last one stopped:

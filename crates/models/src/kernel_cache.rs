@@ -113,9 +113,9 @@ impl KernelCache {
     }
 }
 
-/// Applies [`KernelCache::from_env`], [`tuning_kept_in_env`] (and [`crate::kernel_profile`]'s variable) to cubecl's
-/// configuration, once per process and before the first cubecl device exists (cubecl reads its
-/// configuration once). A configuration that cubecl has already read (another library set it
+/// Applies [`KernelCache::from_env`] and [`tuning_kept_in_env`] (and [`crate::kernel_profile`]'s
+/// variable) to cubecl's configuration, once per process and before the first cubecl device
+/// exists (cubecl reads its configuration once). A configuration that cubecl has already read (another library set it
 /// first) is left as it is.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 pub(crate) fn configure_cubecl() {
