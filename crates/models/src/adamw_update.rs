@@ -277,10 +277,10 @@ pub trait AdamWOps: Backend {
 
 mod flex {
     use burn::backend::flex::{Flex, FlexTensor};
-    use burn::tensor::DType;
     use rayon::prelude::*;
 
     use super::{AdamWOps, AdamWScalars, by_ops, update_slices};
+    use crate::flex_storage::whole_f32;
 
     /// Elements per task: large enough that rayon's bookkeeping is noise, small enough that a
     /// d128 model's embedding (2.6 M elements) is spread over the threads.
@@ -289,12 +289,6 @@ mod flex {
     /// Up to this many elements the update runs on the calling thread: below it, handing
     /// chunks to rayon's threads cost more than it saved (the `adamw_update` bench).
     const SERIAL: usize = 1 << 16;
-
-    /// Whether `t` is `f32`, contiguous from the start of its buffer.
-    fn whole_f32(t: &FlexTensor) -> bool {
-        t.dtype() == DType::F32
-            && t.layout().contiguous_offsets() == Some((0, t.layout().num_elements()))
-    }
 
     impl AdamWOps for Flex {
         fn adamw_update(

@@ -14,9 +14,11 @@
 //! Since the mask follows from the seed, [`hashed_dropout`] is one operation whose backward pass
 //! is the same operation on the gradient: autodiff keeps the three integers for it instead of a
 //! mask as large as the activations (an `f32` one per dropout, 64 MiB each for a d512 model at
-//! batch 128 × 256, thirteen of them in the transformer). On `flex` it multiplies by the mask
-//! of [`mask_values`]; on cubecl's backends (`cuda`, `cube-cpu`) one kernel computes the mask
-//! of each element where it multiplies it, so no mask is stored at all.
+//! batch 128 × 256, thirteen of them in the transformer). On every backend each element's mask
+//! is computed where it multiplies it, so no mask is stored at all: on `flex` by one parallel
+//! loop over a contiguous `f32` tensor, in place where nothing else holds it (another tensor
+//! is multiplied by the mask of [`mask_values`]); on cubecl's backends (`cuda`, `cube-cpu`) by
+//! one kernel.
 //!
 //! The attention probabilities' dropout ([`dropout_mask`]) still draws a mask tensor, which the
 //! attention operation keeps in the probabilities' signs (`crate::attention`).
@@ -31,7 +33,7 @@ use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::nn::Dropout;
 use burn::prelude::*;
-use burn::tensor::{DType, Distribution};
+use burn::tensor::Distribution;
 use rayon::prelude::*;
 
 use crate::rng::rng_lock;
@@ -52,10 +54,16 @@ fn mix(mut z: u64) -> u64 {
 /// The dropout mask of `len` elements: `scale` where an element is kept, else 0.
 ///
 /// Element `i` is kept iff `mix(seed + (i + 1)·γ) >> 32` is below `threshold` (`keep · 2³²`).
-/// Elements are generated in parallel, in chunks of this many; each is a function of its index
-/// alone, so the mask does not depend on the number of threads.
 pub fn mask_values(seed: u64, len: usize, threshold: u64, scale: f32) -> Vec<f32> {
-    let mut values = vec![0.0f32; len];
+    let mut values = vec![1.0f32; len];
+    apply_mask(&mut values, seed, threshold, scale);
+    values
+}
+
+/// `values[i] · m[i]` in place, `m` the mask of [`mask_values`]: one pass, no mask stored.
+/// Elements are taken in parallel, in chunks of [`MASK_CHUNK`]; each one's mask is a function
+/// of its index alone, so the result does not depend on the number of threads.
+fn apply_mask(values: &mut [f32], seed: u64, threshold: u64, scale: f32) {
     values
         .par_chunks_mut(MASK_CHUNK)
         .enumerate()
@@ -63,16 +71,13 @@ pub fn mask_values(seed: u64, len: usize, threshold: u64, scale: f32) -> Vec<f32
             let first = (chunk * MASK_CHUNK) as u64;
             for (i, value) in out.iter_mut().enumerate() {
                 let counter = seed.wrapping_add((first + i as u64 + 1).wrapping_mul(GAMMA));
-                if (mix(counter) >> 32) < threshold {
-                    *value = scale;
-                }
+                let kept = (mix(counter) >> 32) < threshold;
+                *value *= if kept { scale } else { 0.0 };
             }
         });
-    values
 }
 
-/// `module.forward(x)` (see the module docs): [`hashed_dropout`] for an `f32` tensor, `x` times
-/// [`dropout_mask`]'s mask for another.
+/// `module.forward(x)` (see the module docs), as [`hashed_dropout`].
 ///
 /// # Shapes
 /// - `x`: any; output: the same
@@ -80,12 +85,6 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let device = x.device();
     if !active(module, &device) {
         return x;
-    }
-    if x.dtype() != DType::F32 {
-        return match dropout_mask(module, x.dims(), &device) {
-            Some(mask) => x * mask,
-            None => x,
-        };
     }
     let parts = {
         let _rng = rng_lock();
@@ -160,7 +159,8 @@ mod flex {
     use burn::backend::ops::FloatTensorOps;
     use burn::tensor::{DType, TensorData};
 
-    use super::{DropoutOps, fold_seed, mask_values};
+    use super::{DropoutOps, apply_mask, fold_seed, mask_values};
+    use crate::flex_storage::whole_f32;
 
     /// The three parts of a seed, as `i64`.
     fn parts_of(parts: &FlexTensor) -> Vec<i64> {
@@ -178,6 +178,13 @@ mod flex {
             scale: f32,
         ) -> FlexTensor {
             let seed = fold_seed(parts_of(&parts));
+            if whole_f32(&x) {
+                // In place, where nothing else holds `x` (a copy first where something does).
+                let n = x.layout().num_elements();
+                let mut x = x;
+                apply_mask(&mut x.storage_mut::<f32>()[..n], seed, threshold, scale);
+                return x;
+            }
             let shape = x.shape();
             let values = mask_values(seed, shape.num_elements(), threshold, scale);
             let mask = Flex::float_from_data(TensorData::new(values, shape), &x.device());
@@ -417,8 +424,16 @@ mod tests {
         let scale = (1.0f64 / 0.7) as f32;
         let seed = fold_seed(parts(&device).into_data().iter::<i64>());
         let expected_mask = mask(shape, 0.7, scale, seed, &device);
+        // `x` is still held here: the operation must not write into it.
         let out = hashed_dropout(x.clone(), parts(&device), 0.7, scale);
         assert_eq!(bits(out.clone()), bits(x.clone() * expected_mask.clone()));
+        // A view that is not contiguous takes the mask in its own row-major order too.
+        let view = x.clone().detach().swap_dims(0, 2);
+        let swapped_mask = mask([5, 33, 7], 0.7, scale, seed, &device);
+        assert_eq!(
+            bits(hashed_dropout(view.clone(), parts(&device), 0.7, scale)),
+            bits(view * swapped_mask)
+        );
         let grads = (out * weights.clone()).sum().backward();
         let grad = x.grad(&grads).expect("x is tracked");
         assert_eq!(

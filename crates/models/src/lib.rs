@@ -36,6 +36,7 @@ mod device;
 mod device_loss;
 mod dropout;
 mod error;
+mod flex_storage;
 mod fused_loss;
 mod gdn;
 mod head;
