@@ -22,7 +22,10 @@ use crate::head::LABEL_GROUPS;
 /// # Shapes
 /// - `x`: `[.., d_in]`; output: `[.., d_out]`
 pub fn linear<const D: usize>(precision: Precision, linear: &Linear, x: Tensor<D>) -> Tensor<D> {
-    columns(precision, x, linear, 0, linear.weight.dims()[1])
+    // The whole weight as it is: a slice of it, even a full one, would be a node whose
+    // backward pass builds a zero tensor of the weight's shape and writes the gradient into it.
+    let bias = linear.bias.as_ref().map(|b| b.val());
+    product(precision, x, linear.weight.val(), bias)
 }
 
 /// The `len` output columns of `linear` from `start` (the head's label groups), in
@@ -39,6 +42,16 @@ pub fn columns<const D: usize>(
 ) -> Tensor<D> {
     let weight = linear.weight.val().narrow(1, start, len);
     let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
+    product(precision, x, weight, bias)
+}
+
+/// `x · weight + bias` in `precision` (see [`linear`]).
+fn product<const D: usize>(
+    precision: Precision,
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+) -> Tensor<D> {
     match precision {
         Precision::F32 => burn::tensor::module::linear(x, weight, bias),
         Precision::Bf16 => {
