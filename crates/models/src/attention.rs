@@ -23,6 +23,15 @@
 //! for a d512 model at batch 128 × 256), is freed after the forward pass instead of held until
 //! the backward pass. The CPU keeps it ([`SavedMask`] says why).
 //!
+//! The operation starts from the projection's packed output `[batch, seq, 3d]` (`q`, `k` and
+//! `v` side by side, the reference's one `qkv` weight) and ends at `[batch, seq, d]`, the input
+//! of the output projection: cutting `q`, `k` and `v` into heads and turning `q` and `k` by
+//! RoPE happen inside it, and its backward pass returns one `[batch, seq, 3d]` gradient,
+//! RoPE's transpose applied to `dq` and `dk` and the three concatenated. Built from separate
+//! operations, each of the three slices' backward pass was a zero tensor of the whole packed
+//! shape with the slice's gradient written into it, summed with the others', and RoPE's
+//! operations kept their inputs for their own backward passes.
+//!
 //! The forward pass runs through a backend extension ([`AttentionOps`]): each backend
 //! (`flex` on the CPU, cubecl's with fusion on CUDA and on `cube-cpu`) computes it from its own operations, and
 //! burn's autodiff decorator records it as one node with the backward pass above.
@@ -35,9 +44,12 @@ use burn::backend::autodiff::{
 };
 use burn::backend::tensor::{BoolTensor, FloatTensor};
 use burn::backend::{Backend, Dispatch, ExtensionType, backend_extension};
+use burn::backend::{Shape, Slice, TensorMetadata};
 use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
+
+use crate::rope::{RopeTables, Rotation};
 
 /// Causal scaled dot-product attention (scale `1/√head_dim`) as one backend operation: burn's
 /// fused attention. It has no dropout, and burn's autodiff does not differentiate it as one
@@ -60,34 +72,51 @@ pub fn causal_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
     attention(q, k, v, None, None, options)
 }
 
-/// `(softmax(q kᵀ · scale, causal) ∘ keep) v`: the training path's attention, differentiable
-/// in `q`, `k` and `v` with the backward pass of the module docs.
+/// `q`, `k` and `v` of every head from the packed projection `qkv` (`[batch, seq, 3d]`: `q`,
+/// `k`, `v` side by side, each `heads` heads of `d / heads` columns), RoPE applied to `q` and
+/// `k`: what [`causal_attention`] takes outside training.
+///
+/// # Shapes
+/// - `qkv`: `[batch, seq, 3d]`, with the tables' `seq`
+/// - output: three `[batch, heads, seq, d / heads]`
+pub fn split_heads(qkv: Tensor<3>, heads: usize, rope: &RopeTables) -> [Tensor<4>; 3] {
+    split::<Dispatch>(qkv.into_dispatch(), heads, &rope.rotation()).map(Tensor::from_dispatch)
+}
+
+/// The heads' outputs side by side again: `[batch, heads, seq, head_dim]` to `[batch, seq,
+/// heads · head_dim]`, the input of the output projection.
+pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
+    Tensor::from_dispatch(merge::<Dispatch>(x.into_dispatch()))
+}
+
+/// `(softmax(q kᵀ · scale, causal) ∘ keep) v` of the heads [`split_heads`] cuts from `qkv`,
+/// merged again ([`merge_heads`]): the training path's attention, differentiable in `qkv`
+/// with the backward pass of the module docs.
 ///
 /// `causal` is true where attention is forbidden (above the diagonal); `dropout` is the dropout
 /// on the probabilities, or `None` without. On a device without autodiff it is the same forward
 /// computation.
 ///
 /// # Shapes
-/// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`; `dropout.mask`:
-///   `[batch, heads, seq, seq]`
-/// - output: `[batch, heads, seq, head_dim]`
+/// - `qkv`: `[batch, seq, 3d]`; `causal`: `[seq, seq]`; `dropout.mask`: `[batch, heads, seq,
+///   seq]`
+/// - output: `[batch, seq, d]`
 pub fn causal_attention_train(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
+    qkv: Tensor<3>,
+    heads: usize,
+    rope: &RopeTables,
     causal: &Tensor<2, Bool>,
     dropout: Option<AttentionDropout>,
     scale: f64,
-) -> Tensor<4> {
-    let [batch, heads, seq, _] = q.dims();
+) -> Tensor<3> {
+    let [batch, seq, _] = qkv.dims();
     let causal = causal
         .clone()
         .reshape([1, 1, seq, seq])
         .expand([batch, heads, seq, seq]);
     Tensor::from_dispatch(<Dispatch as AttentionOps>::causal_attention_train(
-        q.into_dispatch(),
-        k.into_dispatch(),
-        v.into_dispatch(),
+        qkv.into_dispatch(),
+        rope.rotation(),
         causal.into_dispatch(),
         match dropout {
             Some(AttentionDropout { mask, scale }) => Keep::Mask {
@@ -96,7 +125,7 @@ pub fn causal_attention_train(
             },
             None => Keep::All,
         },
-        scale,
+        Heads { heads, scale },
     ))
 }
 
@@ -110,6 +139,54 @@ pub struct AttentionDropout {
     pub scale: f32,
 }
 
+/// How many heads `qkv` holds, and the scores' factor (`1/√head_dim`).
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    /// The number of heads.
+    pub heads: usize,
+    /// What `q kᵀ` is multiplied by.
+    pub scale: f64,
+}
+
+/// `[batch, seq, 3d]` to `q`, `k`, `v` as `[batch, heads, seq, head_dim]`, `q` and `k`
+/// rotated.
+fn split<B: Backend>(qkv: FloatTensor<B>, heads: usize, rope: &Rotation<B>) -> [FloatTensor<B>; 3] {
+    let [batch, seq, width] = qkv.shape().dims();
+    let d = width / 3;
+    let part = |i: usize| {
+        let columns = [
+            Slice::full(),
+            Slice::full(),
+            Slice::new((i * d) as isize, Some(((i + 1) * d) as isize), 1),
+        ];
+        let x = B::float_reshape(
+            B::float_slice(qkv.clone(), &columns),
+            Shape::new([batch, seq, heads, d / heads]),
+        );
+        B::float_swap_dims(x, 1, 2)
+    };
+    [rope.rotate(part(0)), rope.rotate(part(1)), part(2)]
+}
+
+/// `[batch, heads, seq, head_dim]` to `[batch, seq, heads · head_dim]`.
+fn merge<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let [batch, heads, seq, head_dim] = x.shape().dims();
+    B::float_reshape(
+        B::float_swap_dims(x, 1, 2),
+        Shape::new([batch, seq, heads * head_dim]),
+    )
+}
+
+/// [`merge`]'s inverse: `[batch, seq, heads · head_dim]` to `[batch, heads, seq, head_dim]`.
+fn unmerge<B: Backend>(x: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
+    let [batch, seq, d] = x.shape().dims();
+    B::float_swap_dims(
+        B::float_reshape(x, Shape::new([batch, seq, heads, d / heads])),
+        1,
+        2,
+    )
+}
+
 /// The forward pass: the attention probabilities `softmax(q kᵀ · scale)` with `causal`'s
 /// positions at 0, as the backward pass keeps them ([`Probs`]: with the dropout mask in their
 /// signs if `in_signs`, else beside them), and the output `(probs ∘ M) v`.
@@ -117,7 +194,7 @@ pub struct AttentionDropout {
 /// # Shapes
 /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[batch, heads, seq, seq]`
 /// - output: `[batch, heads, seq, seq]` and `[batch, heads, seq, head_dim]`
-fn forward<B: Backend>(
+fn attend<B: Backend>(
     [q, k, v]: [FloatTensor<B>; 3],
     causal: BoolTensor<B>,
     keep: Keep<B>,
@@ -214,17 +291,17 @@ impl<B: Backend> Probs<B> {
 /// backward pass.
 #[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
 pub trait AttentionOps: Backend {
-    /// `(softmax(q kᵀ · scale, causal) ∘ keep) v`, with `causal` already broadcast to the
+    /// [`causal_attention_train`] of the packed `qkv`, with `causal` already broadcast to the
     /// scores' shape.
     fn causal_attention_train(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        #[extension_type] rope: Rotation<Self>,
         causal: BoolTensor<Self>,
         #[extension_type] keep: Keep<Self>,
-        scale: f64,
+        heads: Heads,
     ) -> FloatTensor<Self> {
-        forward::<Self>([q, k, v], causal, keep, scale, false).1
+        let inputs = split::<Self>(qkv, heads.heads, &rope);
+        merge::<Self>(attend::<Self>(inputs, causal, keep, heads.scale, false).1)
     }
 }
 
@@ -251,7 +328,8 @@ impl SavedMask for burn::backend::Cube {
     const IN_SIGNS: bool = true;
 }
 
-/// What the backward pass keeps: the inputs and the probabilities with the dropout mask.
+/// What the backward pass keeps of the heads (beside RoPE's tables, to turn `dq` and `dk`
+/// back): their inputs (`q` and `k` rotated) and the probabilities with the dropout mask.
 #[derive(Clone, Debug)]
 struct Saved<B: Backend> {
     q: FloatTensor<B>,
@@ -261,29 +339,30 @@ struct Saved<B: Backend> {
     scale: f64,
 }
 
-/// The backward pass of training attention, for `q`, `k` and `v`.
+/// The backward pass of training attention, for the packed `qkv`.
 #[derive(Debug)]
 struct AttentionBackward;
 
-impl<B: Backend> Backward<B, 3> for AttentionBackward {
-    type State = Saved<B>;
+impl<B: Backend> Backward<B, 1> for AttentionBackward {
+    type State = (Saved<B>, Rotation<B>);
 
-    fn backward(self, ops: Ops<Saved<B>, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
         let grad_out = grads.consume::<B>(&ops.node);
-        let wanted = [node_q.is_some(), node_k.is_some(), node_v.is_some()];
-        let computed = ops.state.gradients(grad_out, wanted);
-        for (node, grad) in [node_q, node_k, node_v].into_iter().zip(computed) {
-            if let (Some(node), Some(grad)) = (node, grad) {
-                grads.register::<B>(node.id, grad);
-            }
+        if let Some(node) = node {
+            let (saved, rope) = ops.state;
+            let heads = saved.q.shape().dims::<4>()[1];
+            let [dq, dk, dv] = saved.gradients(unmerge::<B>(grad_out, heads));
+            let parts = [rope.rotate_back(dq), rope.rotate_back(dk), dv].map(merge::<B>);
+            grads.register::<B>(node.id, B::float_cat(parts.into(), 2));
         }
     }
 }
 
 impl<B: Backend> Saved<B> {
-    /// The gradients of `q`, `k` and `v` (those `wanted`) from the output's, `grad_out`.
-    fn gradients(self, grad_out: FloatTensor<B>, wanted: [bool; 3]) -> [Option<FloatTensor<B>>; 3] {
+    /// The gradients of `q`, `k` and `v` from the output's, `grad_out` (all
+    /// `[batch, heads, seq, head_dim]`).
+    fn gradients(self, grad_out: FloatTensor<B>) -> [FloatTensor<B>; 3] {
         let Saved {
             q,
             k,
@@ -291,11 +370,7 @@ impl<B: Backend> Saved<B> {
             probs: saved,
             scale,
         } = self;
-        let grad_v = wanted[2]
-            .then(|| B::float_matmul(B::float_transpose(saved.dropped()), grad_out.clone()));
-        if !wanted[0] && !wanted[1] {
-            return [None, None, grad_v];
-        }
+        let grad_v = B::float_matmul(B::float_transpose(saved.dropped()), grad_out.clone());
         // dP = (dO vᵀ) ∘ M; dS = P ∘ (dP − rowsum(dP ∘ P)) · scale.
         let grad_probs = saved.masked(B::float_matmul(grad_out, B::float_transpose(v)));
         let probs = saved.probs();
@@ -304,22 +379,21 @@ impl<B: Backend> Saved<B> {
             B::float_mul(probs, B::float_sub(grad_probs, row)),
             scale.into(),
         );
-        let grad_q = wanted[0].then(|| B::float_matmul(grad_scores.clone(), k));
-        let grad_k = wanted[1].then(|| B::float_matmul(B::float_transpose(grad_scores), q));
+        let grad_q = B::float_matmul(grad_scores.clone(), k);
+        let grad_k = B::float_matmul(B::float_transpose(grad_scores), q);
         [grad_q, grad_k, grad_v]
     }
 }
 
 impl<B: Backend + AttentionOps + SavedMask, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
     fn causal_attention_train(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
+        qkv: FloatTensor<Self>,
+        rope: Rotation<Self>,
         causal: BoolTensor<Self>,
         keep: Keep<Self>,
-        scale: f64,
+        heads: Heads,
     ) -> FloatTensor<Self> {
-        // The mask is a constant: its primitive is all the forward pass needs of it.
+        // The mask and the tables are constants: their primitives are all that is needed.
         let keep = match keep {
             Keep::Mask { mask, scale } => Keep::Mask {
                 mask: mask.into_primitive(),
@@ -327,31 +401,35 @@ impl<B: Backend + AttentionOps + SavedMask, C: CheckpointStrategy> AttentionOps 
             },
             Keep::All => Keep::All,
         };
+        let rope = Rotation {
+            cos: rope.cos.into_primitive(),
+            sin: rope.sin.into_primitive(),
+            partner: rope.partner.into_primitive(),
+        };
         match AttentionBackward
-            .prepare::<C>([q.node(), k.node(), v.node()])
+            .prepare::<C>([qkv.node()])
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
+                let [q, k, v] = split::<B>(qkv.into_primitive(), heads.heads, &rope);
                 let inputs = [q.clone(), k.clone(), v.clone()];
-                let (probs, out) = forward::<B>(inputs, causal, keep, scale, B::IN_SIGNS);
+                let (probs, out) = attend::<B>(inputs, causal, keep, heads.scale, B::IN_SIGNS);
                 let saved = Saved {
                     q,
                     k,
                     v,
                     probs,
-                    scale,
+                    scale: heads.scale,
                 };
-                prep.finish(saved, out)
+                prep.finish((saved, rope), merge::<B>(out))
             }
             OpsKind::UnTracked(prep) => prep.finish(B::causal_attention_train(
-                q.into_primitive(),
-                k.into_primitive(),
-                v.into_primitive(),
+                qkv.into_primitive(),
+                rope,
                 causal,
                 keep,
-                scale,
+                heads,
             )),
         }
     }
@@ -360,80 +438,91 @@ impl<B: Backend + AttentionOps + SavedMask, C: CheckpointStrategy> AttentionOps 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Rope;
+    use crate::rope::{apply_rope, rope_tables};
     use burn::tensor::Distribution;
     use burn::tensor::activation::softmax;
 
+    /// `[batch, heads, seq, head_dim]`: d = 48, so `qkv` is `[2, 29, 144]`.
     const SHAPE: [usize; 4] = [2, 3, 29, 16];
+    const SCALE: f64 = 0.25;
 
-    /// The same attention from separate tensor operations, which autodiff differentiates.
-    fn separate(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, keep: Option<Tensor<4>>) -> Tensor<4> {
-        let [batch, heads, seq, _] = q.dims();
+    /// The same attention from separate tensor operations, which autodiff differentiates: the
+    /// heads cut from `qkv` by slices, RoPE by [`apply_rope`], softmax and the products.
+    fn separate(qkv: Tensor<3>, rope: &RopeTables, keep: Option<Tensor<4>>) -> Tensor<3> {
+        let [batch, heads, seq, head_dim] = SHAPE;
+        let d = heads * head_dim;
+        let part = |i: usize| {
+            qkv.clone()
+                .narrow(2, i * d, d)
+                .reshape([batch, seq, heads, head_dim])
+                .swap_dims(1, 2)
+        };
+        let (q, k, v) = (
+            apply_rope(part(0), rope),
+            apply_rope(part(1), rope),
+            part(2),
+        );
         let future = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &q.device())
             .reshape([1, 1, seq, seq])
             .expand([batch, heads, seq, seq]);
-        let scores = q.matmul(k.swap_dims(2, 3)) * 0.25;
+        let scores = q.matmul(k.swap_dims(2, 3)) * SCALE;
         let probs = softmax(scores.mask_fill(future, f32::NEG_INFINITY), 3);
-        match keep {
+        let out = match keep {
             Some(keep) => (probs * keep).matmul(v),
             None => probs.matmul(v),
-        }
+        };
+        out.swap_dims(1, 2).reshape([batch, seq, d])
     }
 
-    fn max_abs_diff(a: Tensor<4>, b: Tensor<4>) -> f32 {
+    fn max_abs_diff<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> f32 {
         (a - b).abs().max().into_scalar()
     }
 
-    /// The output and the gradients of `q`, `k`, `v` (those in `tracked`) of `sum(out ∘ w)`.
-    fn run(
-        attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4>,
-        inputs: &[Tensor<4>; 3],
-        tracked: [bool; 3],
-        weights: &Tensor<4>,
-    ) -> Vec<Tensor<4>> {
-        let [q, k, v] = inputs.clone().map(|x| x.detach());
-        let [q, k, v] = [(q, tracked[0]), (k, tracked[1]), (v, tracked[2])]
-            .map(|(x, on)| if on { x.require_grad() } else { x });
-        let out = attend(q.clone(), k.clone(), v.clone());
-        let grads = (out.clone() * weights.clone()).sum().backward();
-        let mut results = vec![out.inner()];
-        for (x, on) in [(q, tracked[0]), (k, tracked[1]), (v, tracked[2])] {
-            results.extend(on.then(|| x.grad(&grads).unwrap()));
-        }
-        results
+    fn packed_input(device: &Device) -> Tensor<3> {
+        let [batch, heads, seq, head_dim] = SHAPE;
+        let shape = [batch, seq, 3 * heads * head_dim];
+        Tensor::<3>::random(shape, Distribution::Normal(0.0, 2.0), device)
     }
 
-    /// The one operation equals the separate ones in value and in the gradients of q, k and v,
-    /// with and without a dropout mask, with every input tracked or only some.
+    /// The one operation equals the separate ones in value and in the gradient of the packed
+    /// `qkv`, with and without a dropout mask, with both RoPE variants.
     #[test]
     fn training_attention_equals_separate_operations_in_value_and_gradients() {
+        let _rng = crate::rng::rng_lock();
         let device = Device::flex().autodiff();
         device.seed(17);
-        let draw = |std| Tensor::<4>::random(SHAPE, Distribution::Normal(0.0, std), &device);
-        let inputs = [draw(2.0), draw(2.0), draw(1.0)];
-        let weights = draw(1.0);
-        let [batch, heads, seq, _] = SHAPE;
+        let [batch, heads, seq, head_dim] = SHAPE;
+        let qkv = packed_input(&device);
+        let weights = Tensor::<3>::random(
+            [batch, seq, heads * head_dim],
+            Distribution::Normal(0.0, 1.0),
+            &device,
+        );
         let scores_shape = [batch, heads, seq, seq];
         let mask = Tensor::<4>::random(scores_shape, Distribution::Bernoulli(0.8), &device) * 1.25;
         let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device);
-        for keep in [None, Some(mask)] {
-            for tracked in [[true; 3], [false, true, true], [true, true, false]] {
+        for rope in [Rope::Reference, Rope::Standard] {
+            let tables = rope_tables(rope, seq, head_dim, &device);
+            for keep in [None, Some(mask.clone())] {
                 let dropout = keep
                     .clone()
                     .map(|mask| AttentionDropout { mask, scale: 1.25 });
-                let fused =
-                    |q, k, v| causal_attention_train(q, k, v, &causal, dropout.clone(), 0.25);
-                let plain = |q, k, v| separate(q, k, v, keep.clone());
-                let expected = run(plain, &inputs, tracked, &weights);
-                let got = run(fused, &inputs, tracked, &weights);
-                assert_eq!(expected.len(), got.len());
-                for (i, (a, b)) in expected.into_iter().zip(got).enumerate() {
-                    let diff = max_abs_diff(a, b);
-                    assert!(
-                        diff < 1e-5,
-                        "keep {}, {tracked:?}, result {i}: {diff}",
-                        keep.is_some()
-                    );
-                }
+                let run = |attend: &dyn Fn(Tensor<3>) -> Tensor<3>| {
+                    let x = qkv.clone().detach().require_grad();
+                    let out = attend(x.clone());
+                    let grads = (out.clone() * weights.clone()).sum().backward();
+                    (out.inner(), x.grad(&grads).expect("tracked"))
+                };
+                let (want_out, want_grad) = run(&|x| separate(x, &tables, keep.clone()));
+                let (out, grad) = run(&|x| {
+                    causal_attention_train(x, heads, &tables, &causal, dropout.clone(), SCALE)
+                });
+                let what = format!("{rope:?}, dropout {}", keep.is_some());
+                let diff = max_abs_diff(out, want_out);
+                assert!(diff < 1e-5, "{what}: output off by {diff}");
+                let diff = max_abs_diff(grad, want_grad);
+                assert!(diff < 1e-5, "{what}: gradient off by {diff}");
             }
         }
     }
@@ -443,6 +532,7 @@ mod tests {
     /// that is not a power of two and with half the probabilities dropped.
     #[test]
     fn the_mask_in_the_probabilities_signs_gives_the_same_output_and_gradients() {
+        let _rng = crate::rng::rng_lock();
         let device = Device::flex();
         device.seed(29);
         let draw = |shape: [usize; 4], std| {
@@ -463,11 +553,11 @@ mod tests {
                 scale,
             };
             let inputs = [&q, &k, &v].map(|x| x.clone().into_dispatch());
-            let (probs, out) = forward(
+            let (probs, out) = attend(
                 inputs.clone(),
                 causal.clone().into_dispatch(),
                 keep,
-                0.25,
+                SCALE,
                 in_signs,
             );
             assert_eq!(matches!(probs, Probs::Signed { .. }), in_signs);
@@ -477,9 +567,9 @@ mod tests {
                 k,
                 v,
                 probs,
-                scale: 0.25,
+                scale: SCALE,
             };
-            let grads = saved.gradients(grad_out.clone().into_dispatch(), [true; 3]);
+            let grads = saved.gradients(grad_out.clone().into_dispatch());
             let values = |x| {
                 Tensor::<4>::from_dispatch(x)
                     .into_data()
@@ -487,7 +577,7 @@ mod tests {
                     .unwrap()
             };
             let mut all = vec![values(out)];
-            all.extend(grads.into_iter().map(|g| values(g.expect("wanted"))));
+            all.extend(grads.into_iter().map(values));
             all
         };
         let (beside, in_signs) = (run(false), run(true));
@@ -502,16 +592,23 @@ mod tests {
         }
     }
 
-    /// Without autodiff and on untracked inputs it is the same forward computation.
+    /// Without autodiff and on an untracked input it is the same forward computation, and
+    /// that of the heads cut by `split_heads` through burn's fused attention.
     #[test]
     fn training_attention_without_gradients_is_the_same_computation() {
+        let _rng = crate::rng::rng_lock();
+        let [_, heads, seq, head_dim] = SHAPE;
         for device in [Device::flex(), Device::flex().autodiff()] {
             device.seed(23);
-            let draw = || Tensor::<4>::random(SHAPE, Distribution::Normal(0.0, 2.0), &device);
-            let (q, k, v) = (draw(), draw(), draw());
-            let causal = Tensor::<2, Bool>::tril_mask([SHAPE[2], SHAPE[2]], 0, &device);
-            let got = causal_attention_train(q.clone(), k.clone(), v.clone(), &causal, None, 0.25);
-            assert!(max_abs_diff(got, separate(q, k, v, None)) < 1e-5);
+            let qkv = packed_input(&device);
+            let tables = rope_tables(Rope::Reference, seq, head_dim, &device);
+            let causal = Tensor::<2, Bool>::tril_mask([seq, seq], 0, &device);
+            let got = causal_attention_train(qkv.clone(), heads, &tables, &causal, None, SCALE);
+            let want = separate(qkv.clone(), &tables, None);
+            assert!(max_abs_diff(got, want.clone()) < 1e-5);
+            let [q, k, v] = split_heads(qkv, heads, &tables);
+            let fused = merge_heads(causal_attention(q, k, v));
+            assert!(max_abs_diff(fused, want) < 1e-5);
         }
     }
 }

@@ -411,6 +411,7 @@ mod tests {
     /// is the gradient times the same mask, bit for bit (negative values and zeros included).
     #[test]
     fn hashed_dropout_is_the_mask_product_and_so_is_its_gradient() {
+        let _rng = crate::rng::rng_lock();
         let device = Device::flex().autodiff();
         device.seed(5);
         let shape = [7, 33, 5];
@@ -452,6 +453,7 @@ mod tests {
     /// generator state: the change to one operation leaves CPU training as it was.
     #[test]
     fn dropout_keeps_the_masks_of_the_mask_tensor_drawn_from_the_same_state() {
+        let _rng = crate::rng::rng_lock();
         let device = Device::flex().autodiff();
         let module = DropoutConfig::new(0.1).init();
         let x = Tensor::<2>::random([40, 50], Distribution::Normal(0.0, 1.0), &device);

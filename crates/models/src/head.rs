@@ -177,27 +177,6 @@ pub fn torch_linear(d_input: usize, d_output: usize, bias: bool, device: &Device
         .init(device)
 }
 
-/// `linear.forward(x)` restricted to the output columns `start..start + len`: a product with
-/// those columns of the weight (and bias) alone. Taking the columns of the weight, not of the
-/// output, keeps the backward pass small: the gradient of a slice is a zero tensor of the
-/// sliced tensor's whole shape, which for the weight is `[d_in, d_out]`, not
-/// `[batch, seq, d_out]`.
-///
-/// # Shapes
-/// - `x`: `[.., d_in]`; output: `[.., len]`
-pub fn linear_columns<const D: usize>(
-    x: Tensor<D>,
-    linear: &Linear,
-    start: usize,
-    len: usize,
-) -> Tensor<D> {
-    burn::tensor::module::linear(
-        x,
-        linear.weight.val().narrow(1, start, len),
-        linear.bias.as_ref().map(|b| b.val().narrow(0, start, len)),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,7 @@ mod error;
 mod flex_storage;
 mod fused_loss;
 mod gdn;
+mod glu;
 mod head;
 pub mod hidden;
 pub mod interop;
@@ -51,6 +52,7 @@ pub mod mixed;
 mod model;
 mod recurrent;
 mod rng;
+mod rope;
 mod slice;
 mod transformer;
 
@@ -75,13 +77,14 @@ pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.
 pub use adamw_update::{AdamWScalars, AdamWUpdate, adamw_update, adamw_update_by_ops};
-pub use attention::{causal_attention, causal_attention_train};
+pub use attention::{causal_attention, causal_attention_train, merge_heads, split_heads};
 pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
+pub use glu::{GateHalf, swiglu};
 pub use mamba::{Mamba2Mixer, Mamba3Inputs, Mamba3Mixer, Mixer, Pairing, rotate};
 pub use recurrent::{
     inverse_softplus, scalar_decay_chunked, scalar_decay_scan, scalar_decay_sequential,
 };
+pub use rope::{RopeTables, apply_rope, rope_tables};
 pub use slice::SliceCell;
-pub use transformer::{RopeTables, apply_rope, rope_tables};
 
 include!(concat!(env!("OUT_DIR"), "/source_fingerprint.rs"));

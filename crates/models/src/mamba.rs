@@ -34,6 +34,7 @@ use burn::tensor::activation::{sigmoid, silu, softplus};
 use crate::config::{Family, ModelConfig, Precision, Scan};
 use crate::dropout::dropout;
 use crate::error::ModelError;
+use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
 use crate::mixed;
@@ -303,12 +304,9 @@ impl GatedMlp {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        // `fc1` is one [d, 8d] weight (the reference's layout): value columns, then gate.
         let u = mixed::linear(self.precision, &self.fc1, x); // [batch, seq, 8d]
-        let [_, _, width] = u.dims();
-        let half = width / 2;
-        let value = u.clone().narrow(2, 0, half);
-        let gate = u.narrow(2, half, half);
-        mixed::linear(self.precision, &self.fc2, value * silu(gate))
+        mixed::linear(self.precision, &self.fc2, swiglu(u, GateHalf::Second))
     }
 }
 

@@ -6,22 +6,21 @@
 
 use burn::nn::{Dropout, DropoutConfig, Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::prelude::*;
-use burn::tensor::activation::silu;
 
-use crate::attention::{AttentionDropout, causal_attention, causal_attention_train};
+use crate::attention::{
+    AttentionDropout, causal_attention, causal_attention_train, merge_heads, split_heads,
+};
 use crate::config::{ModelConfig, Rope};
 use crate::dropout::{dropout, dropout_mask, kept_scale};
 use crate::error::ModelError;
-use crate::head::{
-    EmbeddingInit, HeadInit, input_embedding, linear_columns, output_head, torch_linear,
-};
+use crate::glu::{GateHalf, swiglu};
+use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
 use crate::model::StateModel;
+use crate::rope::{RopeTables, rope_tables};
 
 /// Epsilon of every RMSNorm in the Transformer.
 pub const NORM_EPS: f64 = 1e-6;
-/// Base of the rotary frequencies.
-pub const ROPE_BASE: f32 = 10_000.0;
 
 /// The Transformer family (checkpoint keys in the field docs).
 #[derive(Module, Debug)]
@@ -173,50 +172,39 @@ impl Attention {
     /// - `x`: `[batch, seq, d]`; the tables for `seq`; `causal`: `[seq, seq]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>, rope: &RopeTables, causal: &Tensor<2, Bool>) -> Tensor<3> {
-        let [batch, seq, d] = x.dims();
-        let heads = self.n_heads;
-        let head_dim = d / heads;
-        // `qkv` is one [d, 3d] weight (the reference's layout): q, k and v columns.
-        let split = |i: usize| -> Tensor<4> {
-            linear_columns(x.clone(), &self.qkv, i * d, d)
-                .reshape([batch, seq, heads, head_dim])
-                .swap_dims(1, 2)
-        }; // [batch, heads, seq, head_dim]
-        let q = apply_rope(split(0), rope);
-        let k = apply_rope(split(1), rope);
-        let v = split(2);
-        let out = if x.device().is_autodiff() {
-            self.attend_training(q, k, v, causal)
+        // `qkv` is one [d, 3d] weight (the reference's layout): q, k and v columns, which the
+        // attention cuts into heads itself.
+        let qkv = self.qkv.forward(x); // [batch, seq, 3d]
+        let out = if qkv.device().is_autodiff() {
+            self.attend_training(qkv, rope, causal)
         } else {
-            causal_attention(q, k, v)
+            let [q, k, v] = split_heads(qkv, self.n_heads, rope);
+            merge_heads(causal_attention(q, k, v))
         };
-        self.out_proj
-            .forward(out.swap_dims(1, 2).reshape([batch, seq, d]))
+        self.out_proj.forward(out)
     }
 
     /// `softmax(q kᵀ / √head_dim + causal mask) v` with dropout on the probabilities: the
-    /// training path, one differentiable operation ([`causal_attention_train`]).
+    /// training path, one differentiable operation from `qkv` on ([`causal_attention_train`]).
     ///
     /// # Shapes
-    /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[seq, seq]`
-    /// - output: `[batch, heads, seq, head_dim]`
+    /// - `qkv`: `[batch, seq, 3d]`; `causal`: `[seq, seq]`
+    /// - output: `[batch, seq, d]`
     fn attend_training(
         &self,
-        q: Tensor<4>,
-        k: Tensor<4>,
-        v: Tensor<4>,
+        qkv: Tensor<3>,
+        rope: &RopeTables,
         causal: &Tensor<2, Bool>,
-    ) -> Tensor<4> {
-        let [batch, heads, seq, head_dim] = q.dims();
-        let dropout =
-            dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &q.device()).map(|mask| {
-                AttentionDropout {
-                    mask,
-                    scale: kept_scale(&self.attn_dropout),
-                }
+    ) -> Tensor<3> {
+        let [batch, seq, width] = qkv.dims();
+        let heads = self.n_heads;
+        let dropout = dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &qkv.device())
+            .map(|mask| AttentionDropout {
+                mask,
+                scale: kept_scale(&self.attn_dropout),
             });
-        let scale = 1.0 / (head_dim as f64).sqrt();
-        causal_attention_train(q, k, v, causal, dropout, scale)
+        let scale = 1.0 / ((width / 3 / heads) as f64).sqrt();
+        causal_attention_train(qkv, heads, rope, causal, dropout, scale)
     }
 }
 
@@ -226,79 +214,7 @@ impl SwiGlu {
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         // `in_proj` is one [d, 8d] weight (the reference's layout): gate columns, then value.
-        let [_, width] = self.in_proj.weight.dims();
-        let half = width / 2;
-        let gate = linear_columns(x.clone(), &self.in_proj, 0, half); // [batch, seq, 4d]
-        let value = linear_columns(x, &self.in_proj, half, half);
-        self.out_proj.forward(silu(gate) * value)
+        let packed = self.in_proj.forward(x); // [batch, seq, 8d]
+        self.out_proj.forward(swiglu(packed, GateHalf::First))
     }
-}
-
-/// The tables RoPE multiplies by, built once per forward pass and shared by every layer.
-#[derive(Clone, Debug)]
-pub struct RopeTables {
-    /// `cos` of each coordinate's angle at each position, `[1, 1, seq, head_dim]`.
-    cos: Tensor<4>,
-    /// `sin` of the same angles, `[1, 1, seq, head_dim]`.
-    sin: Tensor<4>,
-    /// The signed permutation that gives each coordinate's partner, `[1, 1, head_dim,
-    /// head_dim]` (see [`apply_rope`]).
-    partner: Tensor<4>,
-}
-
-/// The tables of the RoPE variant, built in f32 like the reference's.
-///
-/// Frequencies `f_k = 10000^(−2k/head_dim)`, `k < head_dim/2`. Coordinate `i` at position `t`
-/// turns by `t·f_{i mod head_dim/2}` ([`Rope::Reference`], the reference's tables laid out for
-/// the half-split convention) or by `t·f_{⌊i/2⌋}` ([`Rope::Standard`], so both coordinates of
-/// an interleaved pair share a frequency and the map is a rotation).
-pub fn rope_tables(rope: Rope, seq: usize, head_dim: usize, device: &Device) -> RopeTables {
-    let half = head_dim / 2;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|k| 1.0 / ROPE_BASE.powf((2 * k) as f32 / head_dim as f32))
-        .collect();
-    let mut cos = Vec::with_capacity(seq * head_dim);
-    let mut sin = Vec::with_capacity(seq * head_dim);
-    for t in 0..seq {
-        for i in 0..head_dim {
-            let k = match rope {
-                Rope::Reference => i % half,
-                Rope::Standard => i / 2,
-            };
-            let angle = t as f32 * inv_freq[k];
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
-    }
-    let mut partner = vec![0f32; head_dim * head_dim];
-    for j in 0..half {
-        let (even, odd) = (2 * j, 2 * j + 1);
-        // rotated[even] = −x[odd]; rotated[odd] = x[even]; (row = input, column = output)
-        partner[odd * head_dim + even] = -1.0;
-        partner[even * head_dim + odd] = 1.0;
-    }
-    let table = |values: Vec<f32>, rows: usize| {
-        Tensor::<4>::from_data(TensorData::new(values, [1, 1, rows, head_dim]), device)
-    };
-    RopeTables {
-        cos: table(cos, seq),
-        sin: table(sin, seq),
-        partner: table(partner, head_dim),
-    }
-}
-
-/// RoPE with the interleaved partner: `out[2j] = x[2j]·cos − x[2j+1]·sin`,
-/// `out[2j+1] = x[2j+1]·cos + x[2j]·sin`, with the tables' angles at each coordinate.
-///
-/// The partner vector (`−x[2j+1]` at `2j`, `x[2j]` at `2j+1`) is one product with a constant
-/// signed permutation matrix: a matrix product runs in parallel and needs no slice, negation
-/// or concatenation (whose backward passes each build a full-size tensor). Every entry of the
-/// product is exactly `±x` (the other terms are `0·x`), so the result is the same to the bit.
-///
-/// # Shapes
-/// - `x`: `[batch, heads, seq, head_dim]`, with the tables' `seq` and `head_dim`
-/// - output: `[batch, heads, seq, head_dim]`
-pub fn apply_rope(x: Tensor<4>, tables: &RopeTables) -> Tensor<4> {
-    let rotated = x.clone().matmul(tables.partner.clone());
-    x * tables.cos.clone() + rotated * tables.sin.clone()
 }
