@@ -316,7 +316,7 @@ def row(arch, size, figures):
     ours_last = figures["cwm"][-1]
     notes = (
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
-        f"{ours_last.get('update', 'one-pass')} update; "
+        f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
     )
     firsts = [f["warmup_s"][0] for f in figures["cwm"] if f.get("warmup_s")]
@@ -325,6 +325,15 @@ def row(arch, size, figures):
         f"| {arch} | {size} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}× | "
         f"{mib(cwm_memory)} | {torch_memory} | {notes} | {first} | {queued_share(figures['cwm'])} |"
     )
+
+
+def fusion_note(line):
+    """How widely cwm's process searched for operations to fuse, where it made a cubecl
+    device (``fusion_blocks`` of ``cwm model bench --json``)."""
+    blocks = line.get("fusion_blocks")
+    if blocks is None:
+        return ""
+    return ", burn's fusion search" if blocks == "burn" else f", {blocks}-block fusion search"
 
 
 def queued_share(lines):

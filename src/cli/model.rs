@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
+use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::{AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
@@ -87,6 +88,11 @@ pub struct BenchArgs {
     /// separate tensor operations, the baseline to time it against).
     #[arg(long, default_value = "one-pass")]
     update: AdamWUpdate,
+    /// On the cubecl devices (cuda, cube-cpu): how many blocks burn's fusion searches side by
+    /// side, a number or `burn` (burn's own setting); default: CWM_FUSION_BLOCKS, else cwm's
+    /// (crates/models/src/fusion_search.rs).
+    #[arg(long)]
+    fusion_blocks: Option<FusionBlocks>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -181,6 +187,9 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     options.update = args.update;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
+    if let Some(blocks) = args.fusion_blocks {
+        choose_fusion_blocks(blocks);
+    }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
     if args.json {
@@ -191,6 +200,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "precision": figures.precision.name(),
             "loss": figures.loss.name(),
             "update": args.update.name(),
+            "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -213,9 +223,14 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
         let first = figures.warmup_s.first().map_or(String::new(), |s| {
             format!("; the first warm-up step took {s:.1} s")
         });
+        let fusion = match chosen_fusion_blocks() {
+            None => String::new(),
+            Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
+            Some(blocks) => format!("; fusion searching {blocks} block(s)"),
+        };
         outln!(
             "{arch} {size} on {device} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per \
-             step of {} x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{first})",
+             step of {} x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{first})",
             figures.precision,
             figures.loss,
             args.update,

@@ -46,6 +46,17 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
         figures["peak_reserved_bytes"].is_null(),
         "no pool report on the CPU"
     );
+    // No cubecl device made, so no fusion search chosen, unless the command chooses one.
+    assert!(figures["fusion_blocks"].is_null(), "{figures}");
+    let blocks = [&args[..], &["--fusion-blocks", "2"]].concat();
+    let figures: serde_json::Value = serde_json::from_str(&ws.ok(&blocks)).expect("JSON");
+    assert_eq!(figures["fusion_blocks"], "2", "{figures}");
+    let none = ws.cwm(&[&args[..], &["--fusion-blocks", "0"]].concat());
+    assert_eq!(
+        none.status.code(),
+        Some(2),
+        "a search of 0 blocks is refused"
+    );
     let mut chunked = args.to_vec();
     chunked.extend(["--chunk-size", "3"]);
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&chunked)).expect("JSON");
@@ -485,6 +496,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "round1",
             "fused-device",
             "update-ops",
+            "fusion-burn",
             "round2",
             "finished"
         ],
@@ -520,15 +532,20 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             .starts_with("cwm f32, fused-cpu loss, ops update;"),
         "{tables}"
     );
+    assert!(
+        table_row(section(&tables, "fusion-burn"), "slice_diag")[8]
+            .starts_with("cwm f32, fused-cpu loss, one-pass update, burn's fusion search;"),
+        "{tables}"
+    );
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
         "done"
     );
     assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's two variants once each.
+    // The prewarm, two rounds of both sides, and cwm's three variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 7, "{lines}");
+    assert_eq!(lines.lines().count(), 8, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 

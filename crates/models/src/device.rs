@@ -10,7 +10,8 @@
 //! `cuda` build, `cuda` on a machine without the NVIDIA driver's library is refused with an
 //! error saying so (burn's backend would panic on its device thread). The cubecl devices
 //! (`cuda`, `cube-cpu`) keep compiled kernels and autotuning results on disk as
-//! [`crate::kernel_cache`] says (`CWM_KERNEL_CACHE`).
+//! [`crate::kernel_cache`] says (`CWM_KERNEL_CACHE`), and fuse operations with the search
+//! [`crate::fusion_search`] sets (`CWM_FUSION_BLOCKS`).
 
 use burn::prelude::*;
 
@@ -61,6 +62,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
         ));
     }
     crate::kernel_cache::configure_cubecl();
+    crate::fusion_search::choose_from_env()?;
     Ok(Device::cuda(index))
 }
 
@@ -135,6 +137,7 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 #[cfg(feature = "cube-cpu")]
 fn cube_cpu() -> Result<Device, String> {
     crate::kernel_cache::configure_cubecl();
+    crate::fusion_search::choose_from_env()?;
     Ok(Device::cpu())
 }
 

@@ -38,6 +38,7 @@ mod dropout;
 mod error;
 mod flex_storage;
 mod fused_loss;
+pub mod fusion_search;
 mod gdn;
 mod glu;
 mod head;
