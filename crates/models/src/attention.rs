@@ -27,14 +27,16 @@
 //! `v` side by side, the reference's one `qkv` weight) and ends at `[batch, seq, d]`, the input
 //! of the output projection: cutting `q`, `k` and `v` into heads and turning `q` and `k` by
 //! RoPE happen inside it, and its backward pass returns one `[batch, seq, 3d]` gradient,
-//! RoPE's transpose applied to `dq` and `dk` and the three concatenated. Built from separate
-//! operations, each of the three slices' backward pass was a zero tensor of the whole packed
-//! shape with the slice's gradient written into it, summed with the others', and RoPE's
-//! operations kept their inputs for their own backward passes.
+//! RoPE's transpose applied to `dq` and `dk` and the three concatenated. Cut apart by separate
+//! operations (slices of the output, or three products with slices of the weight), each
+//! slice's backward pass is a zero tensor of the whole sliced shape with the slice's gradient
+//! written into it, summed with the others', and RoPE's operations keep their inputs for their
+//! own backward passes.
 //!
 //! The forward pass runs through a backend extension ([`AttentionOps`]): each backend
-//! (`flex` on the CPU, cubecl's with fusion on CUDA and on `cube-cpu`) computes it from its own operations, and
-//! burn's autodiff decorator records it as one node with the backward pass above.
+//! (`flex` on the CPU, cubecl's with fusion on CUDA and on `cube-cpu`) computes it from its own
+//! operations, and burn's autodiff decorator records it as one node with the backward pass
+//! above.
 
 use burn::backend::autodiff::{
     Autodiff,

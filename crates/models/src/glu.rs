@@ -1,6 +1,8 @@
 //! The gated MLPs' gate, `silu(gate) ∘ value`, as one differentiable operation on the packed
-//! projection that holds both halves (the transformer's `in_proj` and the Mamba families'
-//! `fc1`, each one weight in the reference's layout).
+//! projection that holds both halves (the Mamba families' `fc1`, and the transformer's
+//! `in_proj` on cubecl's devices; each one weight in the reference's layout). On the CPU the
+//! transformer keeps two products and separate operations, which ran its step faster there
+//! (docs/perf.md).
 //!
 //! Built from separate operations under autodiff, the two halves were slices of the packed
 //! output (or products with slices of the weight), whose backward passes each build a zero

@@ -6,16 +6,18 @@
 
 use burn::nn::{Dropout, DropoutConfig, Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::prelude::*;
+use burn::tensor::activation::silu;
 
 use crate::attention::{
     AttentionDropout, causal_attention, causal_attention_train, merge_heads, split_heads,
 };
-use crate::config::{ModelConfig, Rope};
+use crate::config::{ModelConfig, Precision, Rope};
 use crate::dropout::{dropout, dropout_mask, kept_scale};
 use crate::error::ModelError;
 use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
+use crate::mixed;
 use crate::model::StateModel;
 use crate::rope::{RopeTables, rope_tables};
 
@@ -214,6 +216,16 @@ impl SwiGlu {
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         // `in_proj` is one [d, 8d] weight (the reference's layout): gate columns, then value.
+        if x.device() == Device::flex() {
+            // On the CPU two products with the weight's halves and `silu` as separate
+            // operations ran the step faster than one product and `swiglu`, whose packed
+            // gradient is one more large allocation (docs/perf.md).
+            let [_, width] = self.in_proj.weight.dims();
+            let half = width / 2;
+            let gate = mixed::columns(Precision::F32, x.clone(), &self.in_proj, 0, half);
+            let value = mixed::columns(Precision::F32, x, &self.in_proj, half, half);
+            return self.out_proj.forward(silu(gate) * value);
+        }
         let packed = self.in_proj.forward(x); // [batch, seq, 8d]
         self.out_proj.forward(swiglu(packed, GateHalf::First))
     }
