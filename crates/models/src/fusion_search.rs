@@ -8,10 +8,11 @@
 //! dependency between the blocks. Where the chains interleave so that no such order exists (a
 //! cycle between merged blocks), burn runs the whole segment unfused, every operation a kernel
 //! of its own, and keeps that plan for every later step (its log says "falling back to unfused
-//! stream order"). cwm's training steps hit this with burn's 5 blocks: in the transformer's
-//! backward pass whole segments of the normalisation's, the loss's and the gated MLP's
-//! gradients ran as single operations. Fewer blocks make fewer interleaved chains: docs/gpu.md
-//! ("Levers ready to time on a GPU") has the kernel counts per step for each setting.
+//! stream order"). cwm's training steps hit this with burn's 5 blocks: whole segments of the
+//! transformer's step (the loss's log-softmax, the normalisation's gradient around the dropout,
+//! the gated MLP's gradient) ran as single operations. One block leaves no chains to
+//! interleave: docs/gpu.md ("Levers ready to time on a GPU") has the kernel counts per step for
+//! each setting.
 //!
 //! The environment variable `CWM_FUSION_BLOCKS` chooses, for the whole process:
 //!
