@@ -126,13 +126,17 @@ pub fn hashed_dropout<const D: usize>(
     keep: f64,
     scale: f32,
 ) -> Tensor<D> {
-    let threshold = (keep * 4_294_967_296.0) as u64;
     Tensor::from_dispatch(<Dispatch as DropoutOps>::hashed_dropout(
         x.into_dispatch(),
         parts.into_dispatch(),
-        threshold,
+        keep_threshold(keep),
         scale,
     ))
+}
+
+/// The bound below which an element's 32 mask bits keep it: `keep · 2³²`.
+fn keep_threshold(keep: f64) -> u64 {
+    (keep * 4_294_967_296.0) as u64
 }
 
 /// [`hashed_dropout`] as a backend operation.
@@ -385,9 +389,8 @@ fn mask<const D: usize>(
     seed: u64,
     device: &Device,
 ) -> Tensor<D> {
-    let threshold = (keep * 4_294_967_296.0) as u64;
     let len = shape.iter().product();
-    let values = mask_values(seed, len, threshold, scale);
+    let values = mask_values(seed, len, keep_threshold(keep), scale);
     Tensor::<D>::from_data(TensorData::new(values, shape), device)
 }
 
@@ -490,7 +493,7 @@ mod tests {
 
     #[test]
     fn the_kept_fraction_is_the_keep_probability() {
-        let threshold = (0.9 * 4_294_967_296.0) as u64;
+        let threshold = keep_threshold(0.9);
         let values = mask_values(7, 200_000, threshold, 2.0);
         let kept = values.iter().filter(|&&v| v == 2.0).count();
         assert!(values.iter().all(|&v| v == 0.0 || v == 2.0));

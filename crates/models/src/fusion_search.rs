@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 pub const FUSION_BLOCKS_VAR: &str = "CWM_FUSION_BLOCKS";
 
 /// The number of blocks cwm's fusion searches with unless told otherwise.
-pub const DEFAULT_FUSION_BLOCKS: usize = 1;
+pub const DEFAULT_FUSION_BLOCKS: NonZeroUsize = NonZeroUsize::MIN;
 
 /// The beam search's number of blocks: burn's setting, or a number of cwm's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub enum FusionBlocks {
 
 impl Default for FusionBlocks {
     fn default() -> Self {
-        FusionBlocks::Blocks(NonZeroUsize::new(DEFAULT_FUSION_BLOCKS).unwrap_or(NonZeroUsize::MIN))
+        FusionBlocks::Blocks(DEFAULT_FUSION_BLOCKS)
     }
 }
 
@@ -174,8 +174,11 @@ mod tests {
     fn the_variable_names_a_number_of_blocks_or_burn_s_setting() {
         let parse = |v: Option<&str>| FusionBlocks::parse(v.map(OsStr::new));
         let blocks = |n| FusionBlocks::Blocks(NonZeroUsize::new(n).unwrap());
-        assert_eq!(parse(None), Ok(blocks(DEFAULT_FUSION_BLOCKS)));
-        assert_eq!(parse(Some("")), Ok(blocks(DEFAULT_FUSION_BLOCKS)));
+        assert_eq!(parse(None), Ok(FusionBlocks::Blocks(DEFAULT_FUSION_BLOCKS)));
+        assert_eq!(
+            parse(Some("")),
+            Ok(FusionBlocks::Blocks(DEFAULT_FUSION_BLOCKS))
+        );
         assert_eq!(parse(Some("3")), Ok(blocks(3)));
         assert_eq!(parse(Some("Burn")), Ok(FusionBlocks::Burn));
         for bad in ["0", "-1", "two", "1.5"] {
