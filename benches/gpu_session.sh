@@ -26,8 +26,11 @@
 #      the one-pass update cwm runs by default;
 #   9. fusion-burn: the same cells with burn's own fusion search (`--fusion-blocks burn`), the
 #      baseline of cwm's narrower one (crates/models/src/fusion_search.rs);
-#  10. round2: a second round of step 6 (the table docs/gpu.md carries);
-#  11. all-sizes: d256 and d384 too.
+#  10. attention-kernels: the same cells with the transformer's training attention by
+#      kernels (`--attention kernels`, crates/models/src/attention_kernel.rs), against step 6's
+#      operations;
+#  11. round2: a second round of step 6 (the table docs/gpu.md carries);
+#  12. all-sizes: d256 and d384 too.
 #
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
 # an H200 without a cache), one kernel after another on one core; with CWM_KERNEL_CACHE pointing
@@ -44,10 +47,10 @@
 # still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
 # the last call's compare-stacks.jsonl in it.
 #
-# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 9),
+# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 10),
 # PROFILE_SIZES (d512,d128: step 5), PREWARM (6 processes at a time; 0 leaves step 3 out; each
 # holds its cell's GPU memory), PREWARM_S (300),
-# MORE_SIZES (d256,d384: step 11; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# MORE_SIZES (d256,d384: step 12; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
 # (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
@@ -252,6 +255,7 @@ compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
 if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
 compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"
+compare attention-kernels "$update_families" "$SIZES" 1 "--cwm-args=--attention kernels"
 compare round2 "$FAMILIES" "$SIZES" 2
 if [ -n "$MORE_SIZES" ]; then
   compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2

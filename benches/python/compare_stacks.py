@@ -316,7 +316,8 @@ def row(arch, size, figures):
     ours_last = figures["cwm"][-1]
     notes = (
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
-        f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}; "
+        f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
+        f"{attention_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
     )
     firsts = [f["warmup_s"][0] for f in figures["cwm"] if f.get("warmup_s")]
@@ -334,6 +335,13 @@ def fusion_note(line):
     if blocks is None:
         return ""
     return ", burn's fusion search" if blocks == "burn" else f", {blocks}-block fusion search"
+
+
+def attention_note(line):
+    """How cwm's process ran the transformer's training attention on a cubecl device, where
+    not by its default operations (``attention`` of ``cwm model bench --json``)."""
+    attention = line.get("attention")
+    return f", attention: {attention}" if attention not in (None, "operations") else ""
 
 
 def queued_share(lines):

@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
+use cwm_models::attention_kernel::{
+    TrainingAttention, choose_training_attention, training_attention,
+};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::{AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
@@ -93,6 +96,12 @@ pub struct BenchArgs {
     /// (crates/models/src/fusion_search.rs).
     #[arg(long)]
     fusion_blocks: Option<FusionBlocks>,
+    /// On the cubecl devices: how the transformer's training attention runs, `operations`
+    /// (tensor operations in one autodiff node) or `kernels` (three kernels, no [batch, heads,
+    /// seq, seq] tensor); default: CWM_ATTENTION, else operations
+    /// (crates/models/src/attention_kernel.rs).
+    #[arg(long)]
+    attention: Option<TrainingAttention>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -190,6 +199,9 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
     }
+    if let Some(attention) = args.attention {
+        choose_training_attention(attention);
+    }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
     if args.json {
@@ -201,6 +213,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "loss": figures.loss.name(),
             "update": args.update.name(),
             "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
+            "attention": training_attention().to_string(),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -227,6 +240,12 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             None => String::new(),
             Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
             Some(blocks) => format!("; fusion searching {blocks} block(s)"),
+        };
+        let fusion = match training_attention() {
+            TrainingAttention::Kernels => {
+                format!("{fusion}; training attention by kernels (cubecl devices)")
+            }
+            TrainingAttention::Operations => fusion,
         };
         outln!(
             "{arch} {size} on {device} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per \

@@ -48,9 +48,21 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     );
     // No cubecl device made, so no fusion search chosen, unless the command chooses one.
     assert!(figures["fusion_blocks"].is_null(), "{figures}");
-    let blocks = [&args[..], &["--fusion-blocks", "2"]].concat();
+    assert_eq!(figures["attention"], "operations", "{figures}");
+    let blocks = [
+        &args[..],
+        &["--fusion-blocks", "2", "--attention", "kernels"],
+    ]
+    .concat();
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&blocks)).expect("JSON");
     assert_eq!(figures["fusion_blocks"], "2", "{figures}");
+    assert_eq!(figures["attention"], "kernels", "{figures}");
+    let flash = ws.cwm(&[&args[..], &["--attention", "flash"]].concat());
+    assert_eq!(
+        flash.status.code(),
+        Some(2),
+        "an unknown attention is refused"
+    );
     let none = ws.cwm(&[&args[..], &["--fusion-blocks", "0"]].concat());
     assert_eq!(
         none.status.code(),
@@ -497,6 +509,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "fused-device",
             "update-ops",
             "fusion-burn",
+            "attention-kernels",
             "round2",
             "finished"
         ],
@@ -537,15 +550,20 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             .starts_with("cwm f32, fused-cpu loss, one-pass update, burn's fusion search;"),
         "{tables}"
     );
+    assert!(
+        table_row(section(&tables, "attention-kernels"), "slice_diag")[8]
+            .starts_with("cwm f32, fused-cpu loss, one-pass update, attention: kernels;"),
+        "{tables}"
+    );
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
         "done"
     );
     assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's three variants once each.
+    // The prewarm, two rounds of both sides, and cwm's four variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 8, "{lines}");
+    assert_eq!(lines.lines().count(), 9, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 

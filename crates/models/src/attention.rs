@@ -152,7 +152,11 @@ pub struct Heads {
 
 /// `[batch, seq, 3d]` to `q`, `k`, `v` as `[batch, heads, seq, head_dim]`, `q` and `k`
 /// rotated.
-fn split<B: Backend>(qkv: FloatTensor<B>, heads: usize, rope: &Rotation<B>) -> [FloatTensor<B>; 3] {
+pub(crate) fn split<B: Backend>(
+    qkv: FloatTensor<B>,
+    heads: usize,
+    rope: &Rotation<B>,
+) -> [FloatTensor<B>; 3] {
     let [batch, seq, width] = qkv.shape().dims();
     let d = width / 3;
     let part = |i: usize| {
@@ -171,7 +175,7 @@ fn split<B: Backend>(qkv: FloatTensor<B>, heads: usize, rope: &Rotation<B>) -> [
 }
 
 /// `[batch, heads, seq, head_dim]` to `[batch, seq, heads · head_dim]`.
-fn merge<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+pub(crate) fn merge<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
     let [batch, heads, seq, head_dim] = x.shape().dims();
     B::float_reshape(
         B::float_swap_dims(x, 1, 2),
@@ -180,7 +184,7 @@ fn merge<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
 }
 
 /// [`merge`]'s inverse: `[batch, seq, heads · head_dim]` to `[batch, heads, seq, head_dim]`.
-fn unmerge<B: Backend>(x: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
+pub(crate) fn unmerge<B: Backend>(x: FloatTensor<B>, heads: usize) -> FloatTensor<B> {
     let [batch, seq, d] = x.shape().dims();
     B::float_swap_dims(
         B::float_reshape(x, Shape::new([batch, seq, heads, d / heads])),

@@ -21,7 +21,9 @@
 //! one kernel.
 //!
 //! The attention probabilities' dropout ([`dropout_mask`]) still draws a mask tensor, which the
-//! attention operation keeps in the probabilities' signs (`crate::attention`).
+//! attention operation keeps in the probabilities' signs (`crate::attention`); the attention
+//! kernels (`crate::attention_kernel`) take a seed instead ([`dropout_seed`]) and hash each
+//! probability's index as [`mask_values`] does.
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -93,6 +95,20 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     hashed_dropout(x, parts, 1.0 - module.prob, kept_scale(module))
 }
 
+/// The three integers of a seed for a mask [`mask_values`] hashes, drawn from the backend's
+/// generator as [`dropout`] draws them (on the device, no read-back), or `None` where dropout
+/// is off (not training, no autodiff, or a probability of 0).
+///
+/// # Shapes
+/// - output: `[3]`
+pub fn dropout_seed(module: &Dropout, device: &Device) -> Option<Tensor<1, Int>> {
+    if !active(module, device) {
+        return None;
+    }
+    let _rng = rng_lock();
+    Some(seed_parts(device))
+}
+
 /// Whether `module` drops anything on `device`: in training, on an autodiff device, with a
 /// probability above 0.
 fn active(module: &Dropout, device: &Device) -> bool {
@@ -107,7 +123,7 @@ fn seed_parts(device: &Device) -> Tensor<1, Int> {
 }
 
 /// The seed three draws of [`seed_parts`] make, in their order.
-fn fold_seed(parts: impl IntoIterator<Item = i64>) -> u64 {
+pub(crate) fn fold_seed(parts: impl IntoIterator<Item = i64>) -> u64 {
     parts
         .into_iter()
         .fold(0u64, |acc, part| (acc << 30) ^ (part as u64 & 0x3FFF_FFFF))
@@ -135,7 +151,7 @@ pub fn hashed_dropout<const D: usize>(
 }
 
 /// The bound below which an element's 32 mask bits keep it: `keep · 2³²`.
-fn keep_threshold(keep: f64) -> u64 {
+pub(crate) fn keep_threshold(keep: f64) -> u64 {
     (keep * 4_294_967_296.0) as u64
 }
 

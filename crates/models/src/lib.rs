@@ -30,6 +30,7 @@
 // (`checkpoint::CONFIG_FILE`, `interop::export_checkpoint`, ...).
 mod adamw_update;
 mod attention;
+pub mod attention_kernel;
 pub mod checkpoint;
 mod config;
 mod device;

@@ -11,8 +11,11 @@ use burn::tensor::activation::silu;
 use crate::attention::{
     AttentionDropout, causal_attention, causal_attention_train, merge_heads, split_heads,
 };
+use crate::attention_kernel::{
+    SeededDropout, TrainingAttention, causal_attention_kernels, training_attention,
+};
 use crate::config::{ModelConfig, Precision, Rope};
-use crate::dropout::{dropout, dropout_mask, kept_scale};
+use crate::dropout::{dropout, dropout_mask, dropout_seed, kept_scale};
 use crate::error::ModelError;
 use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
@@ -200,12 +203,20 @@ impl Attention {
     ) -> Tensor<3> {
         let [batch, seq, width] = qkv.dims();
         let heads = self.n_heads;
+        let scale = 1.0 / ((width / 3 / heads) as f64).sqrt();
+        let device = qkv.device();
+        if device != Device::flex() && training_attention() == TrainingAttention::Kernels {
+            let dropout = dropout_seed(&self.attn_dropout, &device).map(|parts| SeededDropout {
+                parts,
+                keep: 1.0 - self.attn_dropout.prob,
+            });
+            return causal_attention_kernels(qkv, heads, rope, dropout, scale);
+        }
         let dropout = dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &qkv.device())
             .map(|mask| AttentionDropout {
                 mask,
                 scale: kept_scale(&self.attn_dropout),
             });
-        let scale = 1.0 / ((width / 3 / heads) as f64).sqrt();
         causal_attention_train(qkv, heads, rope, causal, dropout, scale)
     }
 }

@@ -1,0 +1,552 @@
+//! The kernels of the module docs above, on cubecl's backends (`cuda`, `cube-cpu`).
+//!
+//! Each cube is [`BLOCK`] units, one per query row (forward, `dq`) or key row (`dk`, `dv`) of
+//! one head; the rows it walks arrive [`BLOCK`] at a time through shared memory, where every
+//! unit reads the same element at once. A unit's own rows and sums stay in registers, except
+//! in the `dk`/`dv` kernel, where its key and value rows are in shared memory (one padding
+//! column so that the units' reads fall in different banks) to leave the registers to the two
+//! sums. Heads of more than [`MAX_HEAD_DIM`] columns, or tensors other than `f32`, take the
+//! whole-tensor operations of the module above instead.
+
+use burn::backend::Shape;
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::ops::FloatTensorOps;
+use burn::cubecl;
+use burn::cubecl::prelude::*;
+use burn::tensor::DType;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+use super::{AttentionKernelOps, KernelSettings, reference_backward, reference_forward};
+
+/// Units per cube: query or key rows per block.
+const BLOCK: usize = 32;
+
+/// The widest head the kernels take: at 64 columns the `dk`/`dv` kernel's shared memory is
+/// 33 KiB, under the 48 KiB a CUDA kernel may hold without asking.
+const MAX_HEAD_DIM: usize = 64;
+
+/// SplitMix64's output function (`crate::dropout::mix`).
+#[cube]
+fn mix(z: u64) -> u64 {
+    let a = (z ^ (z >> u64::new(30))) * 0xBF58_476D_1CE4_E5B9u64;
+    let b = (a ^ (a >> u64::new(27))) * 0x94D0_49BB_1331_11EBu64;
+    b ^ (b >> u64::new(31))
+}
+
+/// The seed the three 30-bit `parts` make (`crate::dropout::fold_seed`).
+#[cube]
+fn seed_of<I: Int>(parts: &Tensor<I>) -> u64 {
+    let low = u64::new(0x3FFF_FFFF);
+    let mut seed = u64::new(0);
+    for p in 0..3usize {
+        seed = (seed << u64::new(30)) ^ (u64::cast_from(parts[p]) & low);
+    }
+    seed
+}
+
+/// Whether probability `(row, j)` of a head is kept, `row = (b · heads + h) · seq + i`: its
+/// index in the `[batch, heads, seq, seq]` probabilities, hashed as
+/// `crate::dropout::mask_values` hashes element indices.
+#[cube]
+fn kept(seed: u64, row: usize, seq: usize, j: usize, threshold: u64) -> bool {
+    let index = u64::cast_from(row) * u64::cast_from(seq) + u64::cast_from(j);
+    let counter = seed + (index + u64::new(1)) * 0x9E37_79B9_7F4A_7C15u64;
+    (mix(counter) >> u64::new(32)) < threshold
+}
+
+/// Rows `first..first + block` of one head of `src` (`[batch, heads, seq, head_dim]`, the head
+/// starting at `at`) into `tile`, times `factor`, zeros past `seq`: each unit loads every
+/// `block`-th element, so that neighbouring units read neighbouring columns.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_rows(
+    src: &Tensor<f32>,
+    at: usize,
+    first: usize,
+    seq: usize,
+    factor: f32,
+    tile: &mut Shared<[f32]>,
+    #[comptime] head_dim: usize,
+    #[comptime] block: usize,
+) {
+    let unit = UNIT_POS as usize;
+    #[unroll]
+    for t in 0..head_dim {
+        let e = t * block + unit;
+        let (r, c) = (e / head_dim, e % head_dim);
+        let mut x = 0.0f32;
+        if first + r < seq {
+            x = src[at + (first + r) * src.stride(2) + c * src.stride(3)] * factor;
+        }
+        tile[e] = x;
+    }
+}
+
+/// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn forward_kernel<I: Int>(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    parts: &Tensor<I>,
+    out: &mut Tensor<f32>,
+    lse: &mut Tensor<f32>,
+    scale: f32,
+    threshold: u64,
+    keep_scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block: usize,
+    #[comptime] dropout: bool,
+    #[define(I)] _dtype: ElemType,
+) {
+    let heads = q.shape(1);
+    let seq = q.shape(2);
+    let bh = CUBE_POS_X as usize;
+    let (b, h) = (bh / heads, bh % heads);
+    let unit = UNIT_POS as usize;
+    let i = CUBE_POS_Y as usize * block + unit;
+    let valid = i < seq;
+    let row = bh * seq + i;
+    let seed = seed_of::<I>(parts);
+
+    let mut q_row = Array::<f32>::new(head_dim);
+    let mut acc = Array::<f32>::new(head_dim);
+    let q_at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
+    #[unroll]
+    for c in 0..head_dim {
+        let mut x = 0.0f32;
+        if valid {
+            x = q[q_at + c * q.stride(3)] * scale;
+        }
+        q_row[c] = x;
+        acc[c] = 0.0f32;
+    }
+
+    let mut keys = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut values = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let k_at = b * k.stride(0) + h * k.stride(1);
+    let v_at = b * v.stride(0) + h * v.stride(1);
+    let mut max = f32::new(-1.0e30);
+    let mut sum = 0.0f32;
+    for kb in 0..CUBE_POS_Y as usize + 1 {
+        let key0 = kb * block;
+        load_rows(k, k_at, key0, seq, 1.0f32, &mut keys, head_dim, block);
+        load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
+        sync_cube();
+        if valid {
+            // Keys up to the row's own position: the whole block below the diagonal.
+            let mut rows = i + 1 - key0;
+            if rows > block {
+                rows = block;
+            }
+            for r in 0..rows {
+                let mut s = 0.0f32;
+                #[unroll]
+                for c in 0..head_dim {
+                    s += q_row[c] * keys[r * head_dim + c];
+                }
+                if s > max {
+                    let shrink = f32::exp(max - s);
+                    sum *= shrink;
+                    #[unroll]
+                    for c in 0..head_dim {
+                        acc[c] *= shrink;
+                    }
+                    max = s;
+                }
+                let p = f32::exp(s - max);
+                sum += p;
+                let mut w = p;
+                if dropout {
+                    w = 0.0f32;
+                    if kept(seed, row, seq, key0 + r, threshold) {
+                        w = p * keep_scale;
+                    }
+                }
+                #[unroll]
+                for c in 0..head_dim {
+                    acc[c] += w * values[r * head_dim + c];
+                }
+            }
+        }
+        sync_cube();
+    }
+    if valid {
+        let inv = 1.0f32 / sum;
+        let out_at = b * out.stride(0) + h * out.stride(1) + i * out.stride(2);
+        let out_col = out.stride(3);
+        #[unroll]
+        for c in 0..head_dim {
+            out[out_at + c * out_col] = acc[c] * inv;
+        }
+        lse[row] = max + f32::ln(sum);
+    }
+}
+
+/// `dq`: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn dq_kernel<I: Int>(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    grad_out: &Tensor<f32>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    parts: &Tensor<I>,
+    dq: &mut Tensor<f32>,
+    scale: f32,
+    threshold: u64,
+    keep_scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block: usize,
+    #[comptime] dropout: bool,
+    #[define(I)] _dtype: ElemType,
+) {
+    let heads = q.shape(1);
+    let seq = q.shape(2);
+    let bh = CUBE_POS_X as usize;
+    let (b, h) = (bh / heads, bh % heads);
+    let unit = UNIT_POS as usize;
+    let i = CUBE_POS_Y as usize * block + unit;
+    let valid = i < seq;
+    let row = bh * seq + i;
+    let seed = seed_of::<I>(parts);
+
+    let mut q_row = Array::<f32>::new(head_dim);
+    let mut g_row = Array::<f32>::new(head_dim);
+    let mut acc = Array::<f32>::new(head_dim);
+    let q_at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
+    let g_at = b * grad_out.stride(0) + h * grad_out.stride(1) + i * grad_out.stride(2);
+    let mut row_lse = 0.0f32;
+    let mut row_delta = 0.0f32;
+    if valid {
+        row_lse = lse[row];
+        row_delta = delta[row];
+    }
+    #[unroll]
+    for c in 0..head_dim {
+        let mut x = 0.0f32;
+        let mut g = 0.0f32;
+        if valid {
+            x = q[q_at + c * q.stride(3)] * scale;
+            g = grad_out[g_at + c * grad_out.stride(3)];
+        }
+        q_row[c] = x;
+        g_row[c] = g;
+        acc[c] = 0.0f32;
+    }
+
+    let mut keys = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut values = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let k_at = b * k.stride(0) + h * k.stride(1);
+    let v_at = b * v.stride(0) + h * v.stride(1);
+    for kb in 0..CUBE_POS_Y as usize + 1 {
+        let key0 = kb * block;
+        load_rows(k, k_at, key0, seq, 1.0f32, &mut keys, head_dim, block);
+        load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
+        sync_cube();
+        if valid {
+            let mut rows = i + 1 - key0;
+            if rows > block {
+                rows = block;
+            }
+            for r in 0..rows {
+                let mut s = 0.0f32;
+                let mut dp = 0.0f32;
+                #[unroll]
+                for c in 0..head_dim {
+                    s += q_row[c] * keys[r * head_dim + c];
+                    dp += g_row[c] * values[r * head_dim + c];
+                }
+                let p = f32::exp(s - row_lse);
+                if dropout {
+                    let mut m = 0.0f32;
+                    if kept(seed, row, seq, key0 + r, threshold) {
+                        m = keep_scale;
+                    }
+                    dp *= m;
+                }
+                let ds = p * (dp - row_delta);
+                #[unroll]
+                for c in 0..head_dim {
+                    acc[c] += ds * keys[r * head_dim + c];
+                }
+            }
+        }
+        sync_cube();
+    }
+    if valid {
+        #[unroll]
+        for c in 0..head_dim {
+            dq[row * head_dim + c] = acc[c] * scale;
+        }
+    }
+}
+
+/// `dk` and `dv`: one cube per head (`CUBE_POS_X`) and block of key rows (`CUBE_POS_Y`).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn dkdv_kernel<I: Int>(
+    q: &Tensor<f32>,
+    k: &Tensor<f32>,
+    v: &Tensor<f32>,
+    grad_out: &Tensor<f32>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    parts: &Tensor<I>,
+    dk: &mut Tensor<f32>,
+    dv: &mut Tensor<f32>,
+    scale: f32,
+    threshold: u64,
+    keep_scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] block: usize,
+    #[comptime] dropout: bool,
+    #[define(I)] _dtype: ElemType,
+) {
+    let heads = q.shape(1);
+    let seq = q.shape(2);
+    let bh = CUBE_POS_X as usize;
+    let (b, h) = (bh / heads, bh % heads);
+    let unit = UNIT_POS as usize;
+    let kb = CUBE_POS_Y as usize;
+    let j = kb * block + unit;
+    let valid = j < seq;
+    let seed = seed_of::<I>(parts);
+
+    // This unit's key and value rows, a padding column after each.
+    let pitch = comptime!(head_dim + 1);
+    let mut own_k = Shared::<[f32]>::new_slice(comptime!(block * (head_dim + 1)));
+    let mut own_v = Shared::<[f32]>::new_slice(comptime!(block * (head_dim + 1)));
+    let k_at = b * k.stride(0) + h * k.stride(1) + j * k.stride(2);
+    let v_at = b * v.stride(0) + h * v.stride(1) + j * v.stride(2);
+    let mut dk_acc = Array::<f32>::new(head_dim);
+    let mut dv_acc = Array::<f32>::new(head_dim);
+    #[unroll]
+    for c in 0..head_dim {
+        let mut x = 0.0f32;
+        let mut y = 0.0f32;
+        if valid {
+            x = k[k_at + c * k.stride(3)];
+            y = v[v_at + c * v.stride(3)];
+        }
+        own_k[unit * pitch + c] = x;
+        own_v[unit * pitch + c] = y;
+        dk_acc[c] = 0.0f32;
+        dv_acc[c] = 0.0f32;
+    }
+
+    let mut queries = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut grads = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut lses = Shared::<[f32]>::new_slice(block);
+    let mut deltas = Shared::<[f32]>::new_slice(block);
+    let q_at = b * q.stride(0) + h * q.stride(1);
+    let g_at = b * grad_out.stride(0) + h * grad_out.stride(1);
+    for qb in kb..CUBE_COUNT_Y as usize {
+        let query0 = qb * block;
+        load_rows(q, q_at, query0, seq, scale, &mut queries, head_dim, block);
+        load_rows(
+            grad_out, g_at, query0, seq, 1.0f32, &mut grads, head_dim, block,
+        );
+        let mut l = 0.0f32;
+        let mut d = 0.0f32;
+        if query0 + unit < seq {
+            l = lse[bh * seq + query0 + unit];
+            d = delta[bh * seq + query0 + unit];
+        }
+        lses[unit] = l;
+        deltas[unit] = d;
+        sync_cube();
+        if valid {
+            // Queries from the key's own position on: in the diagonal block, rows `unit..`.
+            let mut start = 0usize;
+            if qb == kb {
+                start = unit;
+            }
+            let mut end = seq - query0;
+            if end > block {
+                end = block;
+            }
+            for r in start..end {
+                let mut s = 0.0f32;
+                let mut dp = 0.0f32;
+                #[unroll]
+                for c in 0..head_dim {
+                    s += queries[r * head_dim + c] * own_k[unit * pitch + c];
+                    dp += grads[r * head_dim + c] * own_v[unit * pitch + c];
+                }
+                let p = f32::exp(s - lses[r]);
+                let mut w = p;
+                if dropout {
+                    let mut m = 0.0f32;
+                    if kept(seed, bh * seq + query0 + r, seq, j, threshold) {
+                        m = keep_scale;
+                    }
+                    w = p * m;
+                    dp *= m;
+                }
+                let ds = p * (dp - deltas[r]);
+                #[unroll]
+                for c in 0..head_dim {
+                    dv_acc[c] += w * grads[r * head_dim + c];
+                    dk_acc[c] += ds * queries[r * head_dim + c];
+                }
+            }
+        }
+        sync_cube();
+    }
+    if valid {
+        let at = (bh * seq + j) * head_dim;
+        #[unroll]
+        for c in 0..head_dim {
+            dk[at + c] = dk_acc[c];
+            dv[at + c] = dv_acc[c];
+        }
+    }
+}
+
+/// Whether the kernels take these tensors: `f32`, heads of at most [`MAX_HEAD_DIM`] columns.
+fn fits(tensors: &[&CubeTensor]) -> bool {
+    tensors.iter().all(|t| {
+        let dims = t.meta.shape().dims::<4>();
+        t.dtype == DType::F32 && dims[3] <= MAX_HEAD_DIM
+    })
+}
+
+/// A new contiguous `f32` tensor of `shape` on `like`'s device.
+fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    empty_device_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
+}
+
+/// One cube per head of every sequence and block of rows.
+fn cube_count(batch: usize, heads: usize, seq: usize) -> CubeCount {
+    CubeCount::Static((batch * heads) as u32, seq.div_ceil(BLOCK) as u32, 1)
+}
+
+// `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
+// implementation records each kernel launch below as one operation.
+impl AttentionKernelOps for CubeBackend {
+    fn attention_forward(
+        q: CubeTensor,
+        k: CubeTensor,
+        v: CubeTensor,
+        parts: CubeTensor,
+        settings: KernelSettings,
+    ) -> (CubeTensor, CubeTensor) {
+        if !fits(&[&q, &k, &v]) {
+            return reference_forward::<CubeBackend>(q, k, v, parts, settings);
+        }
+        let [batch, heads, seq, head_dim] = q.meta.shape().dims::<4>();
+        // Written as `[batch, seq, heads, head_dim]`, so that merging the heads again (the
+        // output projection's input, which autodiff keeps too) is a view of the same memory.
+        let out = empty_like(&q, Shape::new([batch, seq, heads, head_dim]));
+        let out = CubeBackend::float_swap_dims(out, 1, 2);
+        let lse = empty_like(&q, Shape::new([batch, heads, seq]));
+        if batch * heads * seq == 0 {
+            return (out, lse);
+        }
+        let parts = into_contiguous(parts);
+        let int_type = dtype_to_storage_type(parts.dtype);
+        let client = q.client.clone();
+        forward_kernel::launch(
+            &client,
+            cube_count(batch, heads, seq),
+            CubeDim::new_1d(BLOCK as u32),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            parts.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            settings.scale,
+            settings.threshold,
+            settings.keep_scale,
+            head_dim,
+            BLOCK,
+            settings.dropout,
+            int_type,
+        );
+        (out, lse)
+    }
+
+    fn attention_backward(
+        q: CubeTensor,
+        k: CubeTensor,
+        v: CubeTensor,
+        lse: CubeTensor,
+        delta: CubeTensor,
+        grad_out: CubeTensor,
+        parts: CubeTensor,
+        settings: KernelSettings,
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        if !fits(&[&q, &k, &v, &grad_out]) {
+            return reference_backward::<CubeBackend>(
+                q, k, v, lse, delta, grad_out, parts, settings,
+            );
+        }
+        let [batch, heads, seq, head_dim] = q.meta.shape().dims::<4>();
+        let shape = Shape::new([batch, heads, seq, head_dim]);
+        let (dq, dk, dv) = (
+            empty_like(&q, shape.clone()),
+            empty_like(&q, shape.clone()),
+            empty_like(&q, shape),
+        );
+        if batch * heads * seq == 0 {
+            return (dq, dk, dv);
+        }
+        let (lse, delta, parts) = (
+            into_contiguous(lse),
+            into_contiguous(delta),
+            into_contiguous(parts),
+        );
+        let int_type = dtype_to_storage_type(parts.dtype);
+        let client = q.client.clone();
+        dq_kernel::launch(
+            &client,
+            cube_count(batch, heads, seq),
+            CubeDim::new_1d(BLOCK as u32),
+            q.clone().into_tensor_arg(),
+            k.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            grad_out.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            delta.clone().into_tensor_arg(),
+            parts.clone().into_tensor_arg(),
+            dq.clone().into_tensor_arg(),
+            settings.scale,
+            settings.threshold,
+            settings.keep_scale,
+            head_dim,
+            BLOCK,
+            settings.dropout,
+            int_type,
+        );
+        dkdv_kernel::launch(
+            &client,
+            cube_count(batch, heads, seq),
+            CubeDim::new_1d(BLOCK as u32),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            grad_out.into_tensor_arg(),
+            lse.into_tensor_arg(),
+            delta.into_tensor_arg(),
+            parts.into_tensor_arg(),
+            dk.clone().into_tensor_arg(),
+            dv.clone().into_tensor_arg(),
+            settings.scale,
+            settings.threshold,
+            settings.keep_scale,
+            head_dim,
+            BLOCK,
+            settings.dropout,
+            int_type,
+        );
+        (dq, dk, dv)
+    }
+}
