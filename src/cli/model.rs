@@ -6,11 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
-use cwm_models::attention_kernel::{
-    TrainingAttention, choose_training_attention, training_attention,
-};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
-use cwm_models::{AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size};
+use cwm_models::{
+    AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
+};
 use cwm_stage_train::throughput::{ThroughputOptions, measure};
 
 use super::Context;
@@ -96,12 +95,12 @@ pub struct BenchArgs {
     /// (crates/models/src/fusion_search.rs).
     #[arg(long)]
     fusion_blocks: Option<FusionBlocks>,
-    /// On the cubecl devices: how the transformer's training attention runs, `operations`
-    /// (tensor operations in one autodiff node) or `kernels` (three kernels, no [batch, heads,
-    /// seq, seq] tensor); default: CWM_ATTENTION, else operations
-    /// (crates/models/src/attention_kernel.rs).
-    #[arg(long)]
-    attention: Option<TrainingAttention>,
+    /// The transformer on the cubecl devices: its training attention as tensor operations in
+    /// one autodiff node (`operations`), or as three kernels that keep no [batch, heads, seq,
+    /// seq] tensor (`kernels`, crates/models/src/attention_kernel.rs); the train stage's
+    /// `attention` param.
+    #[arg(long, default_value = "operations")]
+    attention: TrainingAttention,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -190,6 +189,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     let (arch, size, device) = (args.arch, args.size, &args.device);
     let mut model = ModelConfig::new(arch, size);
     model.chunk_size = args.chunk_size.map(|n| n as usize);
+    model.attention = args.attention;
     let mut options = ThroughputOptions::new(model, device);
     options.precision = args.precision;
     options.loss = args.loss;
@@ -198,9 +198,6 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     (options.warmup, options.steps) = (args.warmup, args.steps);
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
-    }
-    if let Some(attention) = args.attention {
-        choose_training_attention(attention);
     }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
@@ -213,7 +210,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             "loss": figures.loss.name(),
             "update": args.update.name(),
             "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
-            "attention": training_attention().to_string(),
+            "attention": args.attention.name(),
             "tokens_per_s": figures.tokens_per_s,
             "median_step_s": figures.median_step_s,
             "step_s": figures.step_s,
@@ -241,7 +238,7 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
             Some(blocks) => format!("; fusion searching {blocks} block(s)"),
         };
-        let fusion = match training_attention() {
+        let fusion = match args.attention {
             TrainingAttention::Kernels => {
                 format!("{fusion}; training attention by kernels (cubecl devices)")
             }

@@ -92,10 +92,18 @@ pub struct ModelSection {
     /// before it was recorded trained in f32.
     #[serde(default = "f32_name")]
     pub precision: String,
+    /// How the Transformer's training attention ran on a cubecl device (`operations` or
+    /// `kernels`); files written before it was recorded ran the operations.
+    #[serde(default = "operations_name")]
+    pub attention: String,
 }
 
 fn f32_name() -> String {
     "f32".to_owned()
+}
+
+fn operations_name() -> String {
+    "operations".to_owned()
 }
 
 /// The optimiser: AdamW and its gradient clipping.
@@ -394,6 +402,7 @@ mod tests {
             rope: "reference".into(),
             mamba3_mimo: false,
             precision: "f32".into(),
+            attention: "operations".into(),
         });
         config.optimiser.lr = 3e-3;
         config.optimiser.beta2 = 0.95;
@@ -466,6 +475,7 @@ mod tests {
         // The names the summary has always had: the train stage's params, and `threads`.
         let mut expected = vec![
             "arch",
+            "attention",
             "batch_size",
             "beta2",
             "checkpoint_every",

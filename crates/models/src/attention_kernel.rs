@@ -30,12 +30,7 @@
 //! operation. The CPU (`flex`) implements the same operations from whole tensors
 //! ([`reference_forward`], [`reference_backward`]): the definition the kernels are held to in
 //! tests, not a path training takes (the CPU's training attention is [`crate::attention`]'s).
-//! Which path a cubecl device trains with is [`TrainingAttention`]'s choice.
-
-use std::ffi::OsStr;
-use std::fmt;
-use std::str::FromStr;
-use std::sync::OnceLock;
+//! Which path a cubecl device trains with is the model's [`crate::TrainingAttention`].
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -51,95 +46,6 @@ use burn::tensor::TensorData;
 use crate::attention::{merge, split, unmerge};
 use crate::dropout::{DropoutOps, keep_threshold};
 use crate::rope::{RopeTables, Rotation};
-
-/// The environment variable read by [`TrainingAttention::from_env`].
-pub const TRAINING_ATTENTION_VAR: &str = "CWM_ATTENTION";
-
-/// How the transformer's training attention runs on cubecl's devices (`cuda`, `cube-cpu`).
-/// Outside training, and on the CPU, the choice changes nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TrainingAttention {
-    /// [`crate::attention::causal_attention_train`]: tensor operations inside one autodiff
-    /// node, the probabilities kept for the backward pass, the dropout mask drawn by burn's
-    /// Bernoulli sampler.
-    #[default]
-    Operations,
-    /// [`causal_attention_kernels`]: this module's kernels, no `[batch, heads, seq, seq]`
-    /// tensor, the dropout mask computed from a seed where it is used.
-    Kernels,
-}
-
-impl FromStr for TrainingAttention {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "operations" | "ops" => Ok(TrainingAttention::Operations),
-            "kernels" | "kernel" => Ok(TrainingAttention::Kernels),
-            _ => Err(format!("{s:?} is neither `operations` nor `kernels`")),
-        }
-    }
-}
-
-impl fmt::Display for TrainingAttention {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TrainingAttention::Operations => "operations",
-            TrainingAttention::Kernels => "kernels",
-        })
-    }
-}
-
-impl TrainingAttention {
-    /// The setting `value` of [`TRAINING_ATTENTION_VAR`] names (unset or empty: the default).
-    ///
-    /// # Errors
-    /// A message naming the variable when the value is neither `operations` nor `kernels`.
-    pub fn parse(value: Option<&OsStr>) -> Result<Self, String> {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            return Ok(TrainingAttention::default());
-        };
-        value
-            .to_str()
-            .ok_or_else(|| format!("{value:?} is not UTF-8"))
-            .and_then(str::parse)
-            .map_err(|reason| format!("{TRAINING_ATTENTION_VAR}: {reason}"))
-    }
-
-    /// The setting of this process's environment.
-    ///
-    /// # Errors
-    /// As [`TrainingAttention::parse`].
-    pub fn from_env() -> Result<Self, String> {
-        Self::parse(std::env::var_os(TRAINING_ATTENTION_VAR).as_deref())
-    }
-}
-
-/// The setting this process trains with, once chosen.
-static CHOSEN: OnceLock<TrainingAttention> = OnceLock::new();
-
-/// Chooses the process's setting unless one was chosen already; returns the one in effect.
-/// The first cubecl device made chooses from the environment ([`choose_from_env`]), so a caller
-/// with a setting of its own calls this first.
-pub fn choose_training_attention(setting: TrainingAttention) -> TrainingAttention {
-    *CHOSEN.get_or_init(|| setting)
-}
-
-/// The setting in effect: the one chosen, or the default before any is.
-pub fn training_attention() -> TrainingAttention {
-    CHOSEN.get().copied().unwrap_or_default()
-}
-
-/// Chooses the environment's setting ([`TrainingAttention::from_env`]) unless one was chosen.
-///
-/// # Errors
-/// As [`TrainingAttention::parse`], when nothing was chosen before.
-pub fn choose_from_env() -> Result<TrainingAttention, String> {
-    if let Some(chosen) = CHOSEN.get() {
-        return Ok(*chosen);
-    }
-    Ok(choose_training_attention(TrainingAttention::from_env()?))
-}
 
 /// Dropout on the attention probabilities, for the kernels: the seed's three integers (as
 /// `crate::dropout::dropout_seed` draws them) and the probability of keeping one.
@@ -655,26 +561,6 @@ mod tests {
             assert!(diff < 1e-5, "dropout {dropout}: output off by {diff}");
             let diff = max_abs_diff(grad, want_grad);
             assert!(diff < 1e-5, "dropout {dropout}: gradient off by {diff}");
-        }
-    }
-
-    #[test]
-    fn the_setting_reads_its_names_and_refuses_others() {
-        let parse = |s: &str| TrainingAttention::parse(Some(OsStr::new(s)));
-        assert_eq!(parse("kernels"), Ok(TrainingAttention::Kernels));
-        assert_eq!(parse("OPS"), Ok(TrainingAttention::Operations));
-        assert_eq!(parse(""), Ok(TrainingAttention::Operations));
-        assert_eq!(
-            TrainingAttention::parse(None),
-            Ok(TrainingAttention::Operations)
-        );
-        let err = parse("flash").unwrap_err();
-        assert!(
-            err.contains(TRAINING_ATTENTION_VAR) && err.contains("flash"),
-            "{err}"
-        );
-        for setting in [TrainingAttention::Operations, TrainingAttention::Kernels] {
-            assert_eq!(parse(&setting.to_string()), Ok(setting));
         }
     }
 

@@ -186,6 +186,51 @@ impl FromStr for Rope {
     }
 }
 
+/// How the Transformer's training attention runs on cubecl's devices (`cuda`, `cube-cpu`);
+/// both compute softmax attention with the reference's dropout on the probabilities. On the CPU,
+/// outside training and in the other families it changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TrainingAttention {
+    /// `operations`: tensor operations inside one autodiff node (`crate::attention`), the
+    /// probabilities kept for the backward pass, the dropout mask drawn by burn's sampler.
+    #[default]
+    Operations,
+    /// `kernels`: three kernels of cwm's own (`crate::attention_kernel`) that keep no
+    /// `[batch, heads, seq, seq]` tensor and hash the dropout mask from a seed.
+    Kernels,
+}
+
+impl TrainingAttention {
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainingAttention::Operations => "operations",
+            TrainingAttention::Kernels => "kernels",
+        }
+    }
+}
+
+impl fmt::Display for TrainingAttention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TrainingAttention {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "operations" => Ok(TrainingAttention::Operations),
+            "kernels" => Ok(TrainingAttention::Kernels),
+            _ => Err(ModelError::InvalidConfig {
+                field: "attention",
+                reason: format!("{s:?} is neither operations nor kernels"),
+            }),
+        }
+    }
+}
+
 /// How a recurrent family evaluates its recurrence. Both give the same numbers up to float
 /// rounding; tests check that they agree on outputs and gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -299,6 +344,9 @@ pub struct ModelConfig {
     pub dropout: f64,
     /// Transformer only: the RoPE variant. Default [`Rope::Reference`].
     pub rope: Rope,
+    /// Transformer only: how its training attention runs on cubecl's devices. Default
+    /// [`TrainingAttention::Operations`].
+    pub attention: TrainingAttention,
     /// SLiCE only: block size of the transition matrices. `None` takes the family's own
     /// (8 for `slice`, 1 for `slice_diag`); it must divide `d`.
     pub slice_block_size: Option<usize>,
@@ -325,6 +373,7 @@ impl ModelConfig {
             size,
             dropout: 0.1,
             rope: Rope::Reference,
+            attention: TrainingAttention::Operations,
             slice_block_size: None,
             scan: Scan::Chunked,
             chunk_size: None,
@@ -477,6 +526,19 @@ mod tests {
             assert_eq!(precision.name().parse::<Precision>().unwrap(), precision);
         }
         assert!("fp16".parse::<Precision>().is_err());
+        for attention in [TrainingAttention::Operations, TrainingAttention::Kernels] {
+            assert_eq!(
+                attention.to_string().parse::<TrainingAttention>().unwrap(),
+                attention
+            );
+        }
+        assert!(matches!(
+            "flash".parse::<TrainingAttention>(),
+            Err(ModelError::InvalidConfig {
+                field: "attention",
+                ..
+            })
+        ));
         let cpu = Device::flex();
         assert_eq!(Precision::reference(Family::Mamba3, &cpu), Precision::F32);
         assert_eq!(

@@ -63,7 +63,6 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     }
     crate::kernel_cache::configure_cubecl();
     crate::fusion_search::choose_from_env()?;
-    crate::attention_kernel::choose_from_env()?;
     Ok(Device::cuda(index))
 }
 
@@ -139,7 +138,6 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 fn cube_cpu() -> Result<Device, String> {
     crate::kernel_cache::configure_cubecl();
     crate::fusion_search::choose_from_env()?;
-    crate::attention_kernel::choose_from_env()?;
     Ok(Device::cpu())
 }
 

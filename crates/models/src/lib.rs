@@ -30,7 +30,7 @@
 // (`checkpoint::CONFIG_FILE`, `interop::export_checkpoint`, ...).
 mod adamw_update;
 mod attention;
-pub mod attention_kernel;
+mod attention_kernel;
 pub mod checkpoint;
 mod config;
 mod device;
@@ -61,7 +61,9 @@ mod transformer;
 // Exported: what other crates, tests, benches and examples use, and what the signatures and
 // docs of those items name.
 pub use checkpoint::{load_model, save_model};
-pub use config::{Family, ModelConfig, Precision, Rope, Scan, Size, default_chunk_size};
+pub use config::{
+    Family, ModelConfig, Precision, Rope, Scan, Size, TrainingAttention, default_chunk_size,
+};
 pub use device::device_by_name;
 pub use error::ModelError;
 pub use head::{

@@ -11,10 +11,8 @@ use burn::tensor::activation::silu;
 use crate::attention::{
     AttentionDropout, causal_attention, causal_attention_train, merge_heads, split_heads,
 };
-use crate::attention_kernel::{
-    SeededDropout, TrainingAttention, causal_attention_kernels, training_attention,
-};
-use crate::config::{ModelConfig, Precision, Rope};
+use crate::attention_kernel::{SeededDropout, causal_attention_kernels};
+use crate::config::{ModelConfig, Precision, Rope, TrainingAttention};
 use crate::dropout::{dropout, dropout_mask, dropout_seed, kept_scale};
 use crate::error::ModelError;
 use crate::glu::{GateHalf, swiglu};
@@ -71,6 +69,9 @@ pub struct Attention {
     pub attn_dropout: Dropout,
     /// Number of heads.
     pub n_heads: usize,
+    /// How training runs it on cubecl's devices.
+    #[module(skip)]
+    pub training: TrainingAttention,
 }
 
 /// SwiGLU MLP: `out_proj(SiLU(gate) ⊙ value)` with `[gate, value] = in_proj(x)`.
@@ -106,6 +107,7 @@ impl Transformer {
                     out_proj: torch_linear(d, d, true, device),
                     attn_dropout: dropout(),
                     n_heads,
+                    training: config.attention,
                 },
                 norm2: norm(),
                 mlp: SwiGlu {
@@ -205,7 +207,7 @@ impl Attention {
         let heads = self.n_heads;
         let scale = 1.0 / ((width / 3 / heads) as f64).sqrt();
         let device = qkv.device();
-        if device != Device::flex() && training_attention() == TrainingAttention::Kernels {
+        if device != Device::flex() && self.training == TrainingAttention::Kernels {
             let dropout = dropout_seed(&self.attn_dropout, &device).map(|parts| SeededDropout {
                 parts,
                 keep: 1.0 - self.attn_dropout.prob,

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use cwm_formats::train::{CONFIG_FILE, ModelSection, TrainConfigFile};
-use cwm_models::{Family, ModelConfig, Precision, Rope};
+use cwm_models::{Family, ModelConfig, Precision, Rope, TrainingAttention};
 
 use crate::TrainError;
 use crate::adamw::AdamWConfig;
@@ -24,6 +24,7 @@ pub fn model_section(model: &ModelConfig) -> ModelSection {
         rope: model.rope.name().to_owned(),
         mamba3_mimo: model.mamba3_mimo,
         precision: model.precision.name().to_owned(),
+        attention: model.attention.name().to_owned(),
     }
 }
 
@@ -31,7 +32,7 @@ pub fn model_section(model: &ModelConfig) -> ModelSection {
 /// validated.
 ///
 /// # Errors
-/// [`TrainError::Model`] for an unknown family, size, RoPE variant or precision, or an invalid
+/// [`TrainError::Model`] for an unknown family, size, RoPE variant, precision or attention, or an invalid
 /// option.
 pub fn model_config(section: &ModelSection) -> Result<ModelConfig, TrainError> {
     let family: Family = section.arch.parse()?;
@@ -40,6 +41,7 @@ pub fn model_config(section: &ModelSection) -> Result<ModelConfig, TrainError> {
     model.rope = section.rope.parse::<Rope>()?;
     model.mamba3_mimo = section.mamba3_mimo;
     model.precision = section.precision.parse::<Precision>()?;
+    model.attention = section.attention.parse::<TrainingAttention>()?;
     model.validate()?;
     Ok(model)
 }

@@ -50,6 +50,12 @@
 //! GPU, `f32` for everything else and for every run on the CPU. The precision used is
 //! recorded in the run's configuration files; a checkpoint is evaluated in f32 whatever it was
 //! trained in, as the reference's test script does.
+//!
+//! # Attention
+//! The `attention` param: how the Transformer's training attention runs on a cubecl device,
+//! as tensor operations (`operations`, the default) or as `cwm_models`' attention kernels
+//! (`kernels`), which keep no `[batch, heads, seq, seq]` tensor. It changes nothing on the CPU;
+//! it is recorded in the run's configuration files.
 #![deny(missing_docs)]
 
 pub mod adamw;
@@ -93,6 +99,7 @@ const ARCHS: &[&str] = &[
 const SIZES: &[&str] = &["d128", "d256", "d384", "d512"];
 const ROPES: &[&str] = &["reference", "standard"];
 const PRECISIONS: &[&str] = &["auto", "f32", "bf16"];
+const ATTENTIONS: &[&str] = &["operations", "kernels"];
 const SCHEDULES: &[&str] = &["none", "constant", "cosine", "linear"];
 
 /// The params of the `train` kind.
@@ -127,6 +134,12 @@ pub const PARAMS: &[ParamSpec] = &[
         ParamType::Choice(PRECISIONS),
         ParamDefault::Str("auto"),
         "matrix products in f32, or in bf16 as the reference's autocast (mamba3, mamba2); auto: the reference's choice, bf16 for mamba3 on a GPU, else f32",
+    ),
+    ParamSpec::with_default(
+        "attention",
+        ParamType::Choice(ATTENTIONS),
+        ParamDefault::Str("operations"),
+        "Transformer on a cubecl device (cuda): its training attention as tensor operations, or as cwm's kernels that keep no [batch, heads, seq, seq] tensor",
     ),
     ParamSpec::with_default(
         "batch_size",
@@ -297,6 +310,7 @@ pub fn config_from_params(params: &Params, device: &Device) -> Result<TrainConfi
             .bool("mamba3_mimo")
             .map_err(|e| TrainError::Config(e.to_string()))?,
         precision: precision.name().to_owned(),
+        attention: text(params, "attention")?.to_owned(),
     };
     Ok(TrainConfig {
         model: config::model_config(&model)?,
@@ -544,7 +558,7 @@ impl StageKind for TrainStage {
 mod tests {
     use super::*;
     use cwm_formats::select::{Choice, ChosenHparams};
-    use cwm_models::{ModelConfig, Size};
+    use cwm_models::{ModelConfig, Size, TrainingAttention};
     use cwm_stage::ParamValue;
 
     fn params(arch: &str) -> Params {
@@ -594,6 +608,20 @@ mod tests {
             err.contains("precision") && err.contains("transformer"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_attention_param_reaches_the_model_and_its_record() {
+        let cpu = Device::flex();
+        let default = config_from_params(&params("transformer"), &cpu).unwrap();
+        assert_eq!(default.model.attention, TrainingAttention::Operations);
+        let mut p = params("transformer");
+        p.insert("attention", ParamValue::Str("kernels".into()));
+        let kernels = config_from_params(&p, &cpu).unwrap();
+        assert_eq!(kernels.model.attention, TrainingAttention::Kernels);
+        let section = config::model_section(&kernels.model);
+        assert_eq!(section.attention, "kernels");
+        assert_eq!(config::model_config(&section).unwrap(), kernels.model);
     }
 
     /// Editing the data stages that train does not run (download, split, ...) must not

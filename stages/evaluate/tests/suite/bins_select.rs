@@ -226,6 +226,7 @@ fn summary(
         rope: "reference".into(),
         mamba3_mimo: false,
         precision: "f32".into(),
+        attention: "operations".into(),
     });
     config.optimiser.lr = lr;
     config.optimiser.beta2 = 0.95;
