@@ -238,15 +238,13 @@ fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
             Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
             Some(blocks) => format!("; fusion searching {blocks} block(s)"),
         };
-        let fusion = match args.attention {
-            TrainingAttention::Kernels => {
-                format!("{fusion}; training attention by kernels (cubecl devices)")
-            }
-            TrainingAttention::Operations => fusion,
+        let attention = match args.attention {
+            TrainingAttention::Kernels => "; training attention by kernels (cubecl devices)",
+            TrainingAttention::Operations => "",
         };
         outln!(
             "{arch} {size} on {device} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per \
-             step of {} x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{first})",
+             step of {} x {} tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{attention}{first})",
             figures.precision,
             figures.loss,
             args.update,

@@ -192,7 +192,9 @@ impl Attention {
     }
 
     /// `softmax(q kᵀ / √head_dim + causal mask) v` with dropout on the probabilities: the
-    /// training path, one differentiable operation from `qkv` on ([`causal_attention_train`]).
+    /// training path, one differentiable operation from `qkv` on ([`causal_attention_train`];
+    /// on a cubecl device with [`TrainingAttention::Kernels`], [`causal_attention_kernels`],
+    /// whose dropout mask follows from a seed instead).
     ///
     /// # Shapes
     /// - `qkv`: `[batch, seq, 3d]`; `causal`: `[seq, seq]`
@@ -214,10 +216,12 @@ impl Attention {
             });
             return causal_attention_kernels(qkv, heads, rope, dropout, scale);
         }
-        let dropout = dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &qkv.device())
-            .map(|mask| AttentionDropout {
-                mask,
-                scale: kept_scale(&self.attn_dropout),
+        let dropout =
+            dropout_mask(&self.attn_dropout, [batch, heads, seq, seq], &device).map(|mask| {
+                AttentionDropout {
+                    mask,
+                    scale: kept_scale(&self.attn_dropout),
+                }
             });
         causal_attention_train(qkv, heads, rope, causal, dropout, scale)
     }
