@@ -85,6 +85,17 @@ fn load_rows(
     }
 }
 
+/// How many of the `block` keys from `key0` on query row `i` attends to: those up to its own
+/// position (`key0 ≤ i`).
+#[cube]
+fn rows_through(i: usize, key0: usize, #[comptime] block: usize) -> usize {
+    let mut rows = i + 1 - key0;
+    if rows > block {
+        rows = block;
+    }
+    rows
+}
+
 /// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -138,11 +149,7 @@ fn forward_kernel<I: Int>(
         load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
         sync_cube();
         if valid {
-            // Keys up to the row's own position: the whole block below the diagonal.
-            let mut rows = i + 1 - key0;
-            if rows > block {
-                rows = block;
-            }
+            let rows = rows_through(i, key0, block);
             for r in 0..rows {
                 let mut s = 0.0f32;
                 #[unroll]
@@ -251,10 +258,7 @@ fn dq_kernel<I: Int>(
         load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
         sync_cube();
         if valid {
-            let mut rows = i + 1 - key0;
-            if rows > block {
-                rows = block;
-            }
+            let rows = rows_through(i, key0, block);
             for r in 0..rows {
                 let mut s = 0.0f32;
                 let mut dp = 0.0f32;
