@@ -17,7 +17,7 @@ use std::path::Path;
 use burn::prelude::*;
 use serde_json::{Value, json};
 
-use crate::config::{ModelConfig, Precision, Rope, Scan};
+use crate::config::{ModelConfig, Precision, Rope, Scan, TrainingAttention};
 use crate::error::ModelError;
 use crate::model::Model;
 use crate::rng::rng_lock;
@@ -47,6 +47,7 @@ pub fn config_to_json(config: &ModelConfig) -> Value {
         "mamba3_mimo": config.mamba3_mimo,
         "mamba3_mimo_rank": config.mamba3_mimo_rank,
         "precision": config.precision.name(),
+        "attention": config.attention.name(),
     })
 }
 
@@ -108,6 +109,9 @@ pub fn config_from_json(value: &Value) -> Result<ModelConfig, ModelError> {
     }
     if let Some(precision) = text("precision")? {
         config.precision = precision.parse::<Precision>()?;
+    }
+    if let Some(attention) = text("attention")? {
+        config.attention = attention.parse::<TrainingAttention>()?;
     }
     config.validate()?;
     Ok(config)
@@ -199,6 +203,7 @@ mod tests {
         config.scan = Scan::Sequential;
         config.dropout = 0.0;
         config.precision = Precision::Bf16;
+        config.attention = TrainingAttention::Kernels;
         let back = config_from_json(&config_to_json(&config)).unwrap();
         assert_eq!(back, config);
         // An unset chunk size stays unset (the device picks it); a stored one is kept.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use arrow::array::{Array, BooleanArray, Float64Array, UInt32Array, UInt64Array};
 use burn::prelude::*;
 use cwm_formats::train::{CONFIG_FILE, TrainConfigFile, TrainSummary};
-use cwm_models::{Family, ModelConfig, Precision, Size};
+use cwm_models::{Family, ModelConfig, Precision, Size, TrainingAttention};
 use cwm_stage::{
     InputArtifact, ParamValue, Params, Progress, ProgressEvent, ProgressSink, StageContext,
     StageKind, StageLog, cuda_ordinal_in,
@@ -415,6 +415,38 @@ fn a_bf16_run_resumes_in_bf16() {
         "bf16 changed nothing"
     );
     eprintln!("bf16 resume test: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// A run with the attention kernels' setting records it and resumes with it (the checkpoint's
+/// model configuration carries it, or the resumed run's configuration would differ from the
+/// run's); on the CPU it trains exactly as the default.
+#[test]
+fn a_run_with_the_attention_kernels_setting_resumes_with_it() {
+    let mut config = small(Family::Transformer);
+    config.model.attention = TrainingAttention::Kernels;
+    config.data.max_steps = 32;
+    config.schedule.steps = 12;
+    config.schedule.val_every = 6;
+    config.data.val_batches = 1;
+    config.schedule.checkpoint_every = 5;
+    let d = data();
+    let resumed = d.root.join("kernels-resumed");
+    let partial = d.root.join("kernels-partial");
+    let stopped = run(&config, &resumed, Some(partial.clone()), Some(8));
+    assert_eq!(stopped, RunEnd::Stopped(8));
+    let RunEnd::Finished(summary) = run(&config, &resumed, Some(partial), None) else {
+        panic!("not finished")
+    };
+    assert_eq!(summary.hparams.config().model.attention, "kernels");
+
+    let mut operations = config.clone();
+    operations.model.attention = TrainingAttention::Operations;
+    let straight = d.root.join("kernels-as-operations");
+    run(&operations, &straight, None, None);
+    assert!(
+        weights(&straight) == weights(&resumed),
+        "the setting changed a CPU run"
+    );
 }
 
 /// An absurd learning rate blows the weights up: each batch is either skipped for a
