@@ -154,6 +154,18 @@ fn small(family: Family) -> TrainConfig {
     config
 }
 
+/// [`small`], 12 steps with a checkpoint every 5 and a one-batch validation every 6: short
+/// enough to stop at step 8 and resume.
+fn interruptible(family: Family) -> TrainConfig {
+    let mut config = small(family);
+    config.data.max_steps = 32;
+    config.schedule.steps = 12;
+    config.schedule.val_every = 6;
+    config.data.val_batches = 1;
+    config.schedule.checkpoint_every = 5;
+    config
+}
+
 #[test]
 fn validation_loss_falls_well_below_its_initial_value() {
     let start = Instant::now();
@@ -381,13 +393,8 @@ fn a_resumed_run_is_bit_identical_to_an_uninterrupted_one() {
 #[test]
 fn a_bf16_run_resumes_in_bf16() {
     let start = Instant::now();
-    let mut config = small(Family::Mamba3);
+    let mut config = interruptible(Family::Mamba3);
     config.model.precision = Precision::Bf16;
-    config.data.max_steps = 32;
-    config.schedule.steps = 12;
-    config.schedule.val_every = 6;
-    config.data.val_batches = 1;
-    config.schedule.checkpoint_every = 5;
     let d = data();
     let straight = d.root.join("bf16-straight");
     let RunEnd::Finished(a) = run(&config, &straight, None, None) else {
@@ -422,13 +429,8 @@ fn a_bf16_run_resumes_in_bf16() {
 /// run's); on the CPU it trains exactly as the default.
 #[test]
 fn a_run_with_the_attention_kernels_setting_resumes_with_it() {
-    let mut config = small(Family::Transformer);
+    let mut config = interruptible(Family::Transformer);
     config.model.attention = TrainingAttention::Kernels;
-    config.data.max_steps = 32;
-    config.schedule.steps = 12;
-    config.schedule.val_every = 6;
-    config.data.val_batches = 1;
-    config.schedule.checkpoint_every = 5;
     let d = data();
     let resumed = d.root.join("kernels-resumed");
     let partial = d.root.join("kernels-partial");
