@@ -44,7 +44,7 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 
 use crate::attention::{merge, split, unmerge};
-use crate::dropout::{DropoutOps, keep_threshold};
+use crate::dropout::{DropoutOps, keep_scale, keep_threshold};
 use crate::rope::{RopeTables, Rotation};
 
 /// Dropout on the attention probabilities, for the kernels: the seed's three integers (as
@@ -73,19 +73,11 @@ pub struct KernelSettings {
 impl KernelSettings {
     /// The settings for `scale` and `dropout`'s probability, if any.
     fn new(scale: f64, keep: Option<f64>) -> Self {
-        match keep {
-            Some(keep) => KernelSettings {
-                scale: scale as f32,
-                dropout: true,
-                threshold: keep_threshold(keep),
-                keep_scale: (1.0 / keep) as f32,
-            },
-            None => KernelSettings {
-                scale: scale as f32,
-                dropout: false,
-                threshold: 0,
-                keep_scale: 1.0,
-            },
+        KernelSettings {
+            scale: scale as f32,
+            dropout: keep.is_some(),
+            threshold: keep.map_or(0, keep_threshold),
+            keep_scale: keep.map_or(1.0, keep_scale),
         }
     }
 }

@@ -393,7 +393,12 @@ pub fn dropout_mask<const D: usize>(
 
 /// The value [`dropout_mask`] gives a kept element: `1/keep`, in f32.
 pub fn kept_scale(module: &Dropout) -> f32 {
-    (1.0 / (1.0 - module.prob)) as f32
+    keep_scale(1.0 - module.prob)
+}
+
+/// A kept element's factor for the probability of keeping `keep`: `1/keep`, in f32.
+pub(crate) fn keep_scale(keep: f64) -> f32 {
+    (1.0 / keep) as f32
 }
 
 /// The mask of [`mask_values`] for `seed`, the probability `keep` and the kept elements' value

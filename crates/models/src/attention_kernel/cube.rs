@@ -96,6 +96,44 @@ fn rows_through(i: usize, key0: usize, #[comptime] block: usize) -> usize {
     rows
 }
 
+/// What dropout multiplies probability `(row, j)` by: `keep_scale` where [`kept`], else 0.
+#[cube]
+fn mask_factor(
+    seed: u64,
+    row: usize,
+    seq: usize,
+    j: usize,
+    threshold: u64,
+    keep_scale: f32,
+) -> f32 {
+    let mut m = 0.0f32;
+    if kept(seed, row, seq, j, threshold) {
+        m = keep_scale;
+    }
+    m
+}
+
+/// Row `i` of one head of `src` (`[batch, heads, seq, head_dim]`, the row starting at `at`)
+/// into `row`, times `factor`; zeros where the row is not `valid`.
+#[cube]
+fn load_own(
+    src: &Tensor<f32>,
+    at: usize,
+    valid: bool,
+    factor: f32,
+    row: &mut Array<f32>,
+    #[comptime] head_dim: usize,
+) {
+    #[unroll]
+    for c in 0..head_dim {
+        let mut x = 0.0f32;
+        if valid {
+            x = src[at + c * src.stride(3)] * factor;
+        }
+        row[c] = x;
+    }
+}
+
 /// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -127,13 +165,9 @@ fn forward_kernel<I: Int>(
     let mut q_row = Array::<f32>::new(head_dim);
     let mut acc = Array::<f32>::new(head_dim);
     let q_at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
+    load_own(q, q_at, valid, scale, &mut q_row, head_dim);
     #[unroll]
     for c in 0..head_dim {
-        let mut x = 0.0f32;
-        if valid {
-            x = q[q_at + c * q.stride(3)] * scale;
-        }
-        q_row[c] = x;
         acc[c] = 0.0f32;
     }
 
@@ -169,10 +203,7 @@ fn forward_kernel<I: Int>(
                 sum += p;
                 let mut w = p;
                 if dropout {
-                    w = 0.0f32;
-                    if kept(seed, row, seq, key0 + r, threshold) {
-                        w = p * keep_scale;
-                    }
+                    w = p * mask_factor(seed, row, seq, key0 + r, threshold, keep_scale);
                 }
                 #[unroll]
                 for c in 0..head_dim {
@@ -235,16 +266,10 @@ fn dq_kernel<I: Int>(
         row_lse = lse[row];
         row_delta = delta[row];
     }
+    load_own(q, q_at, valid, scale, &mut q_row, head_dim);
+    load_own(grad_out, g_at, valid, 1.0f32, &mut g_row, head_dim);
     #[unroll]
     for c in 0..head_dim {
-        let mut x = 0.0f32;
-        let mut g = 0.0f32;
-        if valid {
-            x = q[q_at + c * q.stride(3)] * scale;
-            g = grad_out[g_at + c * grad_out.stride(3)];
-        }
-        q_row[c] = x;
-        g_row[c] = g;
         acc[c] = 0.0f32;
     }
 
@@ -269,11 +294,7 @@ fn dq_kernel<I: Int>(
                 }
                 let p = f32::exp(s - row_lse);
                 if dropout {
-                    let mut m = 0.0f32;
-                    if kept(seed, row, seq, key0 + r, threshold) {
-                        m = keep_scale;
-                    }
-                    dp *= m;
+                    dp *= mask_factor(seed, row, seq, key0 + r, threshold, keep_scale);
                 }
                 let ds = p * (dp - row_delta);
                 #[unroll]
@@ -387,10 +408,7 @@ fn dkdv_kernel<I: Int>(
                 let p = f32::exp(s - lses[r]);
                 let mut w = p;
                 if dropout {
-                    let mut m = 0.0f32;
-                    if kept(seed, bh * seq + query0 + r, seq, j, threshold) {
-                        m = keep_scale;
-                    }
+                    let m = mask_factor(seed, bh * seq + query0 + r, seq, j, threshold, keep_scale);
                     w = p * m;
                     dp *= m;
                 }
