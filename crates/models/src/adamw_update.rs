@@ -334,7 +334,7 @@ mod flex {
 }
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-mod cube {
+pub(crate) mod cube {
     use burn::cubecl;
     use burn::cubecl::calculate_cube_count_elemwise;
     use burn::cubecl::prelude::*;
@@ -347,9 +347,9 @@ mod cube {
 
     /// One element per unit, in the order of [`super::update_one`], in place; nothing is
     /// written when the clipping factor `coef[0]` is NaN (a skipped step).
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     #[allow(clippy::too_many_arguments)]
-    fn adamw_kernel(
+    pub(crate) fn adamw_kernel(
         p: &mut Tensor<f32>,
         g: &Tensor<f32>,
         m: &mut Tensor<f32>,

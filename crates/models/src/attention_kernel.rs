@@ -300,7 +300,7 @@ impl AttentionKernelOps for burn::backend::Flex {
 }
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-mod cube;
+pub(crate) mod cube;
 
 /// What the backward pass keeps: the heads' inputs, the output, each row's `lse`, the seed and
 /// the settings, and RoPE's tables to turn `dq` and `dk` back.

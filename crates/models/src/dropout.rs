@@ -215,7 +215,7 @@ mod flex {
 }
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-mod cube {
+pub(crate) mod cube {
     use burn::backend::cubecl::dtype_to_storage_type;
     use burn::backend::ops::FloatTensorOps;
     use burn::cubecl;
@@ -239,8 +239,8 @@ mod cube {
 
     /// One element per unit: `x[i] · m[i]`, `m[i]` [`super::mask_values`]'s element `i` for the
     /// seed the three `parts` make.
-    #[cube(launch)]
-    fn dropout_kernel<I: Int>(
+    #[cube(launch, create_dummy_kernel)]
+    pub(crate) fn dropout_kernel<I: Int>(
         x: &Tensor<f32>,
         parts: &Tensor<I>,
         out: &mut Tensor<f32>,

@@ -52,6 +52,8 @@ mod mamba;
 mod metrics;
 pub mod mixed;
 mod model;
+#[cfg(feature = "cuda")]
+pub mod ptx;
 mod recurrent;
 mod rng;
 mod rope;

@@ -22,7 +22,7 @@ use burn_cubecl::tensor::CubeTensor;
 use super::{AttentionKernelOps, KernelSettings, reference_backward, reference_forward};
 
 /// Units per cube: query or key rows per block.
-const BLOCK: usize = 32;
+pub(crate) const BLOCK: usize = 32;
 
 /// The widest head the kernels take: at 64 columns the `dk`/`dv` kernel's shared memory is
 /// 33 KiB, under the 48 KiB a CUDA kernel may hold without asking.
@@ -135,9 +135,9 @@ fn load_own(
 }
 
 /// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
-#[cube(launch)]
+#[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
-fn forward_kernel<I: Int>(
+pub(crate) fn forward_kernel<I: Int>(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -226,9 +226,9 @@ fn forward_kernel<I: Int>(
 }
 
 /// `dq`: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
-#[cube(launch)]
+#[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
-fn dq_kernel<I: Int>(
+pub(crate) fn dq_kernel<I: Int>(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,
@@ -314,9 +314,9 @@ fn dq_kernel<I: Int>(
 }
 
 /// `dk` and `dv`: one cube per head (`CUBE_POS_X`) and block of key rows (`CUBE_POS_Y`).
-#[cube(launch)]
+#[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
-fn dkdv_kernel<I: Int>(
+pub(crate) fn dkdv_kernel<I: Int>(
     q: &Tensor<f32>,
     k: &Tensor<f32>,
     v: &Tensor<f32>,

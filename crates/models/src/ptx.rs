@@ -1,0 +1,456 @@
+//! cwm's own GPU kernels compiled for an NVIDIA GPU on a machine without one.
+//!
+//! The `cuda` build compiles a kernel when it is first launched, through cubecl's LLVM backend
+//! (NVPTX), so a kernel that does not compile for CUDA would otherwise first fail on a GPU
+//! machine, which is lent rarely. [`compile`] runs that same compiler here: each kernel is
+//! defined as a launch defines it ([`Kernel`]: the macro's `create_dummy_kernel`, with tensors
+//! of a training step's shapes), against the device properties the CUDA runtime reads from a
+//! GPU of compute capability `sm` ([`nvidia_properties`]), and lowered to the PTX the runtime
+//! would hand the driver. NVIDIA's assembler (`ptxas -v`, `tests` below) then turns the PTX
+//! into machine code and reports each kernel's registers, spills and shared memory: how many
+//! cubes an SM can hold, known without a GPU.
+
+use std::sync::Arc;
+
+use burn::cubecl::cuda::compiler::CudaBackend;
+use burn::cubecl::cuda::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
+use burn::cubecl::ir::features::Plane;
+use burn::cubecl::ir::nvidia::SmArch;
+use burn::cubecl::ir::{
+    DeviceIdentity, DeviceProperties, HardwareProperties, MemoryDeviceProperties, OpaqueType,
+    TargetProperties, VectorSize,
+};
+use burn::cubecl::prelude::*;
+use burn::cubecl::profile::TimingMethod;
+use burn::cubecl::server::Handle;
+use burn::cubecl::zspace::Tiling;
+use burn::cubecl::{CompilationError, Compiler, CubeKernel};
+use cubecl_common::device::{DeviceId, ServiceId};
+use cubecl_environment::stream::StreamId;
+use cubecl_llvm::nvptx::ptx_version::PtxVersion;
+use cubecl_llvm::shared::lowered_features::{GpuTarget, restrict_features};
+
+use crate::attention_kernel::cube::{BLOCK, dkdv_kernel, dq_kernel, forward_kernel};
+use crate::{adamw_update, dropout};
+
+/// The CUDA release whose PTX version the compiler targets: the driver of the GPU machines
+/// lent so far (580.159.04) is CUDA 13.0's, which `cuDriverGetVersion` reports as 13000.
+pub const DRIVER_VERSION: i32 = 13000;
+
+/// One kernel as a launch defines it, and the PTX the CUDA runtime would load for it.
+#[derive(Debug, Clone)]
+pub struct Ptx {
+    /// The kernel and the case it was defined for, e.g. `attention_forward (dropout)`.
+    pub name: String,
+    /// The entry point's symbol in `ptx`.
+    pub entrypoint: String,
+    /// The PTX assembly.
+    pub ptx: String,
+    /// Shared memory the launch reserves, in bytes.
+    pub shared_memory: usize,
+}
+
+/// The device properties cubecl's CUDA runtime builds for a GPU of compute capability `sm`
+/// (90 for an H100 or H200), as far as they shape kernels like cwm's: the types, the plane
+/// (warp) operations and barriers, the hardware limits of a Hopper GPU, narrowed as the
+/// runtime narrows them for its LLVM backend. Matrix instructions, atomics and the tensor
+/// memory accelerator, which cwm's kernels do not use, are left out.
+pub fn nvidia_properties(sm: u32) -> DeviceProperties {
+    let memory = MemoryDeviceProperties::new(1 << 34, 512);
+    let hardware = HardwareProperties {
+        load_width: 128,
+        vector_register_count: None,
+        plane_size_min: 32,
+        plane_size_max: 32,
+        max_bindings: 1024,
+        max_shared_memory_size: 232_448,
+        max_cube_count: (i32::MAX as u32, 65_535, 65_535),
+        max_units_per_cube: 1024,
+        max_cube_dim: (1024, 1024, 64),
+        num_streaming_multiprocessors: Some(132),
+        num_tensor_cores: Some(4),
+        min_tensor_cores_dim: Some(8),
+        num_cpu_cores: None,
+        last_level_cache_size: None,
+        max_vector_size: VectorSize::MAX,
+        cube_mma_reserved_shared_memory: 0,
+    };
+    let identity = DeviceIdentity {
+        name: format!("sm_{sm} (no device: cwm's PTX check)"),
+        fingerprint: format!("ptx_sm{sm}"),
+        physical: None,
+    };
+    let mut props = DeviceProperties::new(
+        Default::default(),
+        memory,
+        hardware,
+        TimingMethod::Device,
+        identity,
+    );
+    cubecl_cpp::register_supported_types(&mut props);
+    props.register_opaque_type(OpaqueType::Barrier);
+    props.features.plane.insert(Plane::Sync);
+    props.features.plane.insert(Plane::Ops);
+    props.features.plane.insert(Plane::NonUniformControlFlow);
+    props.features.memory_reinterpret = true;
+    props.features.alignment = true;
+    props.features.device_memory_scope = true;
+    restrict_features(&mut props, GpuTarget::Nvptx);
+    props
+}
+
+/// The compiler options the runtime sets for `sm` and a driver of CUDA [`DRIVER_VERSION`].
+fn options(sm: u32) -> CudaCompilationOptions {
+    let mut options = CudaCompilationOptions {
+        arch: Some(SmArch::new(sm, true)),
+        ptx_version: PtxVersion::for_driver(DRIVER_VERSION),
+        ..Default::default()
+    };
+    options.cpp.warp_size = 32;
+    options.cpp.supports_features.grid_constants = true;
+    options
+}
+
+/// A kernel's definition, whatever its type.
+pub type Kernel = Box<dyn CubeKernel>;
+
+/// A tensor argument of `shape`, contiguous, in memory no device holds: a launch's
+/// registration reads only its shape, strides and size.
+fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
+    let strides: Vec<usize> = (0..shape.len())
+        .map(|d| shape[d + 1..].iter().product())
+        .collect();
+    let size = (shape.iter().product::<usize>() * elem_size) as u64;
+    let service = ServiceId::of::<Ptx>(DeviceId::new(0, 0));
+    let handle = Handle::new(service, StreamId { value: 0 }, size);
+    let binding = TensorBinding {
+        handle: handle.binding(),
+        strides: strides.into(),
+        shape: shape.into(),
+        tiling: Tiling::UNTILED,
+    };
+    TensorArg::Handle { handle: binding }
+}
+
+/// Every kernel cwm writes itself, defined for `props` at a d512 transformer's training
+/// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
+/// attention with and without dropout, dropout, the optimizer's update.
+pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
+    let props = Arc::new(props.clone());
+    let target = Arc::new(TargetProperties::default());
+    let mut out: Vec<(String, Kernel)> = Vec::new();
+    for dropout in [true, false] {
+        let case = if dropout { "dropout" } else { "no dropout" };
+        for (name, kernel) in attention(&props, &target, dropout) {
+            out.push((format!("{name} ({case})"), kernel));
+        }
+    }
+    out.push(("dropout".into(), dropout_kernel(&props, &target)));
+    out.push(("adamw_update".into(), adamw_kernel(&props, &target)));
+    out
+}
+
+const BATCH: usize = 128;
+const HEADS: usize = 8;
+const SEQ: usize = 256;
+const HEAD_DIM: usize = 64;
+
+/// The attention's three kernels, as `attention_kernel::cube` launches them.
+fn attention(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+    dropout: bool,
+) -> Vec<(&'static str, Kernel)> {
+    let shape = [BATCH, HEADS, SEQ, HEAD_DIM];
+    let head = || tensor(&shape, 4);
+    let rows = || tensor(&[BATCH, HEADS, SEQ], 4);
+    let parts = || tensor(&[3], 4);
+    let count = || CubeCount::Static((BATCH * HEADS) as u32, SEQ.div_ceil(BLOCK) as u32, 1);
+    let dim = CubeDim::new_1d(BLOCK as u32);
+    let int = ElemType::UInt(burn::cubecl::ir::UIntKind::U32);
+    let (scale, threshold, keep_scale) = (0.125f32, 3_865_470_566u64, 1.0f32 / 0.9);
+    vec![
+        (
+            "attention_forward",
+            Box::new(forward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count(),
+                dim,
+                head(),
+                head(),
+                head(),
+                parts(),
+                head(),
+                rows(),
+                scale,
+                threshold,
+                keep_scale,
+                HEAD_DIM,
+                BLOCK,
+                dropout,
+                int,
+            )),
+        ),
+        (
+            "attention_dq",
+            Box::new(dq_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count(),
+                dim,
+                head(),
+                head(),
+                head(),
+                head(),
+                rows(),
+                rows(),
+                parts(),
+                head(),
+                scale,
+                threshold,
+                keep_scale,
+                HEAD_DIM,
+                BLOCK,
+                dropout,
+                int,
+            )),
+        ),
+        (
+            "attention_dkdv",
+            Box::new(dkdv_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count(),
+                dim,
+                head(),
+                head(),
+                head(),
+                head(),
+                rows(),
+                rows(),
+                parts(),
+                head(),
+                head(),
+                scale,
+                threshold,
+                keep_scale,
+                HEAD_DIM,
+                BLOCK,
+                dropout,
+                int,
+            )),
+        ),
+    ]
+}
+
+/// Elements of the element-wise kernels' tensors: one `[batch, seq, d]` activation at d512.
+const ELEMENTS: usize = BATCH * SEQ * 512;
+
+/// The element-wise launches' cube: 256 units, as `CubeDim::new` picks for a large tensor.
+fn elementwise() -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(256);
+    (CubeCount::Static(ELEMENTS.div_ceil(256) as u32, 1, 1), dim)
+}
+
+fn dropout_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -> Kernel {
+    let (count, dim) = elementwise();
+    Box::new(dropout::cube::dropout_kernel::create_dummy_kernel(
+        props.clone(),
+        target.clone(),
+        count,
+        dim,
+        tensor(&[ELEMENTS], 4),
+        tensor(&[3], 4),
+        tensor(&[ELEMENTS], 4),
+        3_865_470_566u64,
+        1.0f32 / 0.9,
+        ElemType::UInt(burn::cubecl::ir::UIntKind::U32),
+    ))
+}
+
+fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -> Kernel {
+    let (count, dim) = elementwise();
+    let t = || tensor(&[ELEMENTS], 4);
+    Box::new(adamw_update::cube::adamw_kernel::create_dummy_kernel(
+        props.clone(),
+        target.clone(),
+        count,
+        dim,
+        t(),
+        t(),
+        t(),
+        t(),
+        tensor(&[1], 4),
+        0.99,
+        0.1,
+        0.95,
+        0.05,
+        0.5,
+        1e-8,
+        3e-4,
+    ))
+}
+
+/// `kernel` compiled by the CUDA runtime's compiler for `sm`.
+///
+/// # Errors
+/// The compiler's own error: a kernel the CUDA build would fail to compile at its launch.
+pub fn compile(name: &str, kernel: &dyn CubeKernel, sm: u32) -> Result<Ptx, CompilationError> {
+    // The backend the `cuda` build runs (`CudaBackend::default()` without cubecl's `cpp`).
+    let mut compiler = CudaCompiler::new(CudaBackend::Llvm);
+    let CudaRepresentation::Llvm(module) = compiler.compile(kernel.define(), &options(sm))? else {
+        unreachable!("the LLVM backend gives LLVM's artifact")
+    };
+    let bytes: Vec<u8> = module.ptx.iter().map(|&c| c as u8).collect();
+    Ok(Ptx {
+        name: name.to_string(),
+        entrypoint: module.entrypoint,
+        ptx: String::from_utf8_lossy(&bytes)
+            .trim_end_matches('\0')
+            .to_string(),
+        shared_memory: module.shared_memory_size,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::*;
+
+    /// NVIDIA's assembler: `$PTXAS`, else `$CUDA_PATH/bin/ptxas`, else `ptxas` on the path. The
+    /// CUDA 13.0 one is on PyPI (`nvidia-cuda-nvcc==13.0.88`, docs/gpu.md), with the libdevice
+    /// the compiler links the kernels' `exp` and `ln` from (`$CUDA_PATH/nvvm/libdevice`).
+    fn ptxas() -> PathBuf {
+        if let Some(path) = std::env::var_os("PTXAS") {
+            return path.into();
+        }
+        match std::env::var_os("CUDA_PATH") {
+            Some(root) => Path::new(&root).join("bin").join("ptxas"),
+            None => "ptxas".into(),
+        }
+    }
+
+    /// What `ptxas -v` says of one kernel.
+    #[derive(Debug, Default)]
+    struct Usage {
+        registers: u32,
+        spill_stores: u32,
+        spill_loads: u32,
+        stack_frame: u32,
+        shared: u32,
+    }
+
+    /// The number before `unit` in `line` (`"40 registers"`, `"0 bytes spill stores"`).
+    fn figure(line: &str, unit: &str) -> Option<u32> {
+        let before = &line[..line.find(unit)?];
+        before.split_whitespace().last()?.parse().ok()
+    }
+
+    fn usage(log: &str) -> Usage {
+        let mut usage = Usage::default();
+        for line in log.lines() {
+            if let Some(n) = figure(line, "registers") {
+                usage.registers = n;
+                usage.shared = figure(line, "bytes smem").unwrap_or(0);
+            }
+            if let Some(n) = figure(line, "bytes spill stores") {
+                usage.spill_stores = n;
+                usage.spill_loads = figure(line, "bytes spill loads").unwrap_or(0);
+                usage.stack_frame = figure(line, "bytes stack frame").unwrap_or(0);
+            }
+        }
+        usage
+    }
+
+    /// `ptx` assembled for `sm_{sm}a`, as the driver would for the GPU, with its usage.
+    fn assemble(ptx: &Ptx, dir: &Path, sm: u32) -> Usage {
+        let file = dir.join(format!("{}.ptx", ptx.entrypoint));
+        std::fs::write(&file, &ptx.ptx).unwrap();
+        let output = Command::new(ptxas())
+            .arg(format!("-arch=sm_{sm}a"))
+            .arg("-v")
+            .arg(&file)
+            .arg("-o")
+            .arg(file.with_extension("cubin"))
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; set CUDA_PATH or PTXAS (module docs)",
+                    ptxas().display()
+                )
+            });
+        let log = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{}: ptxas refused {}:\n{log}",
+            ptx.name,
+            file.display()
+        );
+        usage(&log)
+    }
+
+    #[test]
+    fn figures_are_read_from_ptxas_lines() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k\n\
+                   \x20   8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 168 registers, used 1 barriers, 16384 bytes smem, 432 bytes cmem[0]";
+        let u = usage(log);
+        assert_eq!(
+            (
+                u.registers,
+                u.spill_stores,
+                u.spill_loads,
+                u.stack_frame,
+                u.shared
+            ),
+            (168, 4, 12, 8, 16384)
+        );
+    }
+
+    /// Every kernel of cwm's compiles for an H100/H200 (`sm_90`) as the CUDA build would at its
+    /// first launch, and NVIDIA's assembler takes the PTX. Prints each kernel's registers,
+    /// spills and shared memory (`--nocapture`).
+    #[test]
+    fn cwms_kernels_compile_for_sm_90_and_assemble() {
+        let sm = 90;
+        // `CWM_PTX_DIR` keeps the PTX and machine code for a look; otherwise a folder that goes.
+        let kept = std::env::var_os("CWM_PTX_DIR").map(PathBuf::from);
+        let dir = kept.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("cwm-ptx-{}", std::process::id()))
+        });
+        std::fs::create_dir_all(&dir).unwrap();
+        let props = nvidia_properties(sm);
+        println!(
+            "| kernel | compiled in | registers | spill stores / loads (bytes) | stack frame | shared memory |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        for (name, kernel) in kernels(&props) {
+            let start = std::time::Instant::now();
+            let ptx = compile(&name, kernel.as_ref(), sm)
+                .unwrap_or_else(|e| panic!("{name} does not compile for sm_{sm}: {e}"));
+            let seconds = start.elapsed().as_secs_f64();
+            assert!(
+                ptx.ptx.contains(".entry"),
+                "{name}: no entry point in\n{}",
+                ptx.ptx
+            );
+            let u = assemble(&ptx, &dir, sm);
+            println!(
+                "| {name} | {seconds:.2} s | {} | {} / {} | {} | {} |",
+                u.registers,
+                u.spill_stores,
+                u.spill_loads,
+                u.stack_frame,
+                ptx.shared_memory.max(u.shared as usize)
+            );
+            assert!(u.registers > 0, "{name}: no register count from ptxas");
+        }
+        if kept.is_none() {
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+}
