@@ -558,7 +558,8 @@ mod tests {
 
     /// The kernels on cubecl's CPU runtime against the CPU's whole-tensor operations: output
     /// and the gradient of `qkv`, with and without dropout, at a length that ends in a partial
-    /// block and at the presets' head size (`CARGO_TARGET_DIR=target/cube-cpu cargo test
+    /// block, at the presets' head size, and with heads of 6 columns (each unit of a row's pair
+    /// summing 3) (`CARGO_TARGET_DIR=target/cube-cpu cargo test
     /// --release -p cwm-models --features cube-cpu --lib attention_kernel`).
     #[cfg(feature = "cube-cpu")]
     #[test]
@@ -566,7 +567,7 @@ mod tests {
         let _rng = crate::rng::rng_lock();
         let cpu = Device::flex().autodiff();
         let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
-        for shape in [[2, 3, 70, 16], [1, 2, 45, 64]] {
+        for shape in [[2, 3, 70, 16], [1, 2, 45, 64], [1, 2, 33, 6]] {
             let [_, heads, seq, head_dim] = shape;
             let scale = 1.0 / (head_dim as f64).sqrt();
             let (qkv, weights) = inputs(shape, 43, &cpu);

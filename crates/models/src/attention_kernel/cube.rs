@@ -1,12 +1,16 @@
 //! The kernels of the module docs above, on cubecl's backends (`cuda`, `cube-cpu`).
 //!
-//! Each cube is [`BLOCK`] units, one per query row (forward, `dq`) or key row (`dk`, `dv`) of
-//! one head; the rows it walks arrive [`BLOCK`] at a time through shared memory, where every
-//! unit reads the same element at once. A unit's own rows and sums stay in registers, except
-//! in the `dk`/`dv` kernel, where its key and value rows are in shared memory (one padding
-//! column so that the units' reads fall in different banks) to leave the registers to the two
-//! sums. Heads of more than [`MAX_HEAD_DIM`] columns, or tensors other than `f32`, take the
-//! whole-tensor operations of the module above instead.
+//! Each cube is [`UNITS`] units, two per query row (forward, `dq`) or key row (`dk`, `dv`) of
+//! a block of [`BLOCK`] rows of one head; the rows it walks arrive [`BLOCK`] at a time through
+//! shared memory, where every unit reads the same element at once. For each such block the
+//! cube works in two phases: the units compute the block's scores (and in the backward pass
+//! `dO · v`) into shared memory, each from its own row in registers, then each sums half of
+//! its row's output (or one of the two gradients) from them. Splitting a row's work this way
+//! holds a unit to one row of 64 and at most 64 sums in registers: with a unit per row, the
+//! three kernels needed 168–255 registers for heads of 64 and spilled 4–700 bytes a unit to
+//! memory (`ptxas -v` for `sm_90`, `crate::ptx`). Heads of more than [`MAX_HEAD_DIM`] columns,
+//! heads of an odd number, or tensors other than `f32`, take the whole-tensor operations of the
+//! module above instead.
 
 use burn::backend::Shape;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -21,11 +25,14 @@ use burn_cubecl::tensor::CubeTensor;
 
 use super::{AttentionKernelOps, KernelSettings, reference_backward, reference_forward};
 
-/// Units per cube: query or key rows per block.
+/// Query or key rows per block.
 pub(crate) const BLOCK: usize = 32;
 
-/// The widest head the kernels take: at 64 columns the `dk`/`dv` kernel's shared memory is
-/// 33 KiB, under the 48 KiB a CUDA kernel may hold without asking.
+/// Units per cube: two per row of the block.
+pub(crate) const UNITS: usize = 2 * BLOCK;
+
+/// The widest head the kernels take: at 64 columns the `dq` and `dk`/`dv` kernels' shared
+/// memory is 25 KiB, under the 48 KiB a CUDA kernel may hold without asking.
 const MAX_HEAD_DIM: usize = 64;
 
 /// SplitMix64's output function (`crate::dropout::mix`).
@@ -58,8 +65,8 @@ fn kept(seed: u64, row: usize, seq: usize, j: usize, threshold: u64) -> bool {
 }
 
 /// Rows `first..first + block` of one head of `src` (`[batch, heads, seq, head_dim]`, the head
-/// starting at `at`) into `tile`, times `factor`, zeros past `seq`: each unit loads every
-/// `block`-th element, so that neighbouring units read neighbouring columns.
+/// starting at `at`) into `tile`, times `factor`, zeros past `seq`: each of the cube's `units`
+/// loads every `units`-th element, so that neighbouring units read neighbouring columns.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn load_rows(
@@ -73,9 +80,10 @@ fn load_rows(
     #[comptime] block: usize,
 ) {
     let unit = UNIT_POS as usize;
+    let units = comptime!(2 * block);
     #[unroll]
-    for t in 0..head_dim {
-        let e = t * block + unit;
+    for t in 0..comptime!(block * head_dim / units) {
+        let e = t * units + unit;
         let (r, c) = (e / head_dim, e % head_dim);
         let mut x = 0.0f32;
         if first + r < seq {
@@ -134,7 +142,47 @@ fn load_own(
     }
 }
 
-/// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
+/// `own · tile[r]`: a unit's row against row `r` of a tile, which every unit reads at once.
+#[cube]
+fn dot(own: &Array<f32>, tile: &Shared<[f32]>, r: usize, #[comptime] head_dim: usize) -> f32 {
+    let mut s = 0.0f32;
+    #[unroll]
+    for c in 0..head_dim {
+        s += own[c] * tile[r * head_dim + c];
+    }
+    s
+}
+
+/// `acc += w · tile[r][from..from + columns]`.
+#[cube]
+fn add_scaled(
+    acc: &mut Array<f32>,
+    w: f32,
+    tile: &Shared<[f32]>,
+    r: usize,
+    from: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] columns: usize,
+) {
+    #[unroll]
+    for c in 0..columns {
+        acc[c] += w * tile[r * head_dim + from + c];
+    }
+}
+
+/// `acc`'s columns set to zero.
+#[cube]
+fn zero(acc: &mut Array<f32>, #[comptime] columns: usize) {
+    #[unroll]
+    for c in 0..columns {
+        acc[c] = 0.0f32;
+    }
+}
+
+/// The forward pass: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`),
+/// two units per row. For each block of keys, each unit first scores half the keys against its
+/// row into `scores`; then each walks all of the row's scores with the online softmax
+/// (both halves alike) and sums half the output's columns.
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward_kernel<I: Int>(
@@ -156,23 +204,23 @@ pub(crate) fn forward_kernel<I: Int>(
     let seq = q.shape(2);
     let bh = CUBE_POS_X as usize;
     let (b, h) = (bh / heads, bh % heads);
-    let unit = UNIT_POS as usize;
-    let i = CUBE_POS_Y as usize * block + unit;
+    let (half, lane) = (UNIT_POS as usize / block, UNIT_POS as usize % block);
+    let columns = comptime!(head_dim / 2);
+    let pitch = comptime!(block + 1);
+    let i = CUBE_POS_Y as usize * block + lane;
     let valid = i < seq;
     let row = bh * seq + i;
     let seed = seed_of::<I>(parts);
 
     let mut q_row = Array::<f32>::new(head_dim);
-    let mut acc = Array::<f32>::new(head_dim);
+    let mut acc = Array::<f32>::new(columns);
     let q_at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
     load_own(q, q_at, valid, scale, &mut q_row, head_dim);
-    #[unroll]
-    for c in 0..head_dim {
-        acc[c] = 0.0f32;
-    }
+    zero(&mut acc, columns);
 
     let mut keys = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
     let mut values = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut scores = Shared::<[f32]>::new_slice(comptime!(block * (block + 1)));
     let k_at = b * k.stride(0) + h * k.stride(1);
     let v_at = b * v.stride(0) + h * v.stride(1);
     let mut max = f32::new(-1.0e30);
@@ -182,19 +230,26 @@ pub(crate) fn forward_kernel<I: Int>(
         load_rows(k, k_at, key0, seq, 1.0f32, &mut keys, head_dim, block);
         load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
         sync_cube();
+        let rows = rows_through(i, key0, block);
         if valid {
-            let rows = rows_through(i, key0, block);
+            let first = half * comptime!(block / 2);
+            let mut last = first + comptime!(block / 2);
+            if last > rows {
+                last = rows;
+            }
+            for r in first..last {
+                scores[lane * pitch + r] = dot(&q_row, &keys, r, head_dim);
+            }
+        }
+        sync_cube();
+        if valid {
             for r in 0..rows {
-                let mut s = 0.0f32;
-                #[unroll]
-                for c in 0..head_dim {
-                    s += q_row[c] * keys[r * head_dim + c];
-                }
+                let s = scores[lane * pitch + r];
                 if s > max {
                     let shrink = f32::exp(max - s);
                     sum *= shrink;
                     #[unroll]
-                    for c in 0..head_dim {
+                    for c in 0..columns {
                         acc[c] *= shrink;
                     }
                     max = s;
@@ -205,10 +260,7 @@ pub(crate) fn forward_kernel<I: Int>(
                 if dropout {
                     w = p * mask_factor(seed, row, seq, key0 + r, threshold, keep_scale);
                 }
-                #[unroll]
-                for c in 0..head_dim {
-                    acc[c] += w * values[r * head_dim + c];
-                }
+                add_scaled(&mut acc, w, &values, r, half * columns, head_dim, columns);
             }
         }
         sync_cube();
@@ -218,14 +270,19 @@ pub(crate) fn forward_kernel<I: Int>(
         let out_at = b * out.stride(0) + h * out.stride(1) + i * out.stride(2);
         let out_col = out.stride(3);
         #[unroll]
-        for c in 0..head_dim {
-            out[out_at + c * out_col] = acc[c] * inv;
+        for c in 0..columns {
+            out[out_at + (half * columns + c) * out_col] = acc[c] * inv;
         }
-        lse[row] = max + f32::ln(sum);
+        if half == 0 {
+            lse[row] = max + f32::ln(sum);
+        }
     }
 }
 
-/// `dq`: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`).
+/// `dq`: one cube per head (`CUBE_POS_X`) and block of query rows (`CUBE_POS_Y`), two units
+/// per row. For each block of keys, one unit of the pair scores the row's query against the
+/// keys, the other its output gradient against the values (`dP` before dropout); then each
+/// sums half of `dq`'s columns from both.
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dq_kernel<I: Int>(
@@ -249,32 +306,36 @@ pub(crate) fn dq_kernel<I: Int>(
     let seq = q.shape(2);
     let bh = CUBE_POS_X as usize;
     let (b, h) = (bh / heads, bh % heads);
-    let unit = UNIT_POS as usize;
-    let i = CUBE_POS_Y as usize * block + unit;
+    let (half, lane) = (UNIT_POS as usize / block, UNIT_POS as usize % block);
+    let columns = comptime!(head_dim / 2);
+    let pitch = comptime!(block + 1);
+    let i = CUBE_POS_Y as usize * block + lane;
     let valid = i < seq;
     let row = bh * seq + i;
     let seed = seed_of::<I>(parts);
 
-    let mut q_row = Array::<f32>::new(head_dim);
-    let mut g_row = Array::<f32>::new(head_dim);
-    let mut acc = Array::<f32>::new(head_dim);
-    let q_at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
-    let g_at = b * grad_out.stride(0) + h * grad_out.stride(1) + i * grad_out.stride(2);
+    // The query row (times `scale`) in the first half, the output gradient's in the second.
+    let mut own = Array::<f32>::new(head_dim);
+    if half == 0 {
+        let at = b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
+        load_own(q, at, valid, scale, &mut own, head_dim);
+    } else {
+        let at = b * grad_out.stride(0) + h * grad_out.stride(1) + i * grad_out.stride(2);
+        load_own(grad_out, at, valid, 1.0f32, &mut own, head_dim);
+    }
+    let mut acc = Array::<f32>::new(columns);
+    zero(&mut acc, columns);
     let mut row_lse = 0.0f32;
     let mut row_delta = 0.0f32;
     if valid {
         row_lse = lse[row];
         row_delta = delta[row];
     }
-    load_own(q, q_at, valid, scale, &mut q_row, head_dim);
-    load_own(grad_out, g_at, valid, 1.0f32, &mut g_row, head_dim);
-    #[unroll]
-    for c in 0..head_dim {
-        acc[c] = 0.0f32;
-    }
 
     let mut keys = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
     let mut values = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
+    let mut scores = Shared::<[f32]>::new_slice(comptime!(block * (block + 1)));
+    let mut dps = Shared::<[f32]>::new_slice(comptime!(block * (block + 1)));
     let k_at = b * k.stride(0) + h * k.stride(1);
     let v_at = b * v.stride(0) + h * v.stride(1);
     for kb in 0..CUBE_POS_Y as usize + 1 {
@@ -282,38 +343,44 @@ pub(crate) fn dq_kernel<I: Int>(
         load_rows(k, k_at, key0, seq, 1.0f32, &mut keys, head_dim, block);
         load_rows(v, v_at, key0, seq, 1.0f32, &mut values, head_dim, block);
         sync_cube();
+        let rows = rows_through(i, key0, block);
         if valid {
-            let rows = rows_through(i, key0, block);
-            for r in 0..rows {
-                let mut s = 0.0f32;
-                let mut dp = 0.0f32;
-                #[unroll]
-                for c in 0..head_dim {
-                    s += q_row[c] * keys[r * head_dim + c];
-                    dp += g_row[c] * values[r * head_dim + c];
+            if half == 0 {
+                for r in 0..rows {
+                    scores[lane * pitch + r] = dot(&own, &keys, r, head_dim);
                 }
-                let p = f32::exp(s - row_lse);
+            } else {
+                for r in 0..rows {
+                    dps[lane * pitch + r] = dot(&own, &values, r, head_dim);
+                }
+            }
+        }
+        sync_cube();
+        if valid {
+            for r in 0..rows {
+                let p = f32::exp(scores[lane * pitch + r] - row_lse);
+                let mut dp = dps[lane * pitch + r];
                 if dropout {
                     dp *= mask_factor(seed, row, seq, key0 + r, threshold, keep_scale);
                 }
                 let ds = p * (dp - row_delta);
-                #[unroll]
-                for c in 0..head_dim {
-                    acc[c] += ds * keys[r * head_dim + c];
-                }
+                add_scaled(&mut acc, ds, &keys, r, half * columns, head_dim, columns);
             }
         }
         sync_cube();
     }
     if valid {
         #[unroll]
-        for c in 0..head_dim {
-            dq[row * head_dim + c] = acc[c] * scale;
+        for c in 0..columns {
+            dq[row * head_dim + half * columns + c] = acc[c] * scale;
         }
     }
 }
 
-/// `dk` and `dv`: one cube per head (`CUBE_POS_X`) and block of key rows (`CUBE_POS_Y`).
+/// `dk` and `dv`: one cube per head (`CUBE_POS_X`) and block of key rows (`CUBE_POS_Y`), two
+/// units per key. For each block of queries, one unit of the pair scores the key against the
+/// queries, the other the value against the output gradients; then the first sums `dk`, the
+/// second `dv`.
 #[cube(launch, create_dummy_kernel)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dkdv_kernel<I: Int>(
@@ -338,38 +405,31 @@ pub(crate) fn dkdv_kernel<I: Int>(
     let seq = q.shape(2);
     let bh = CUBE_POS_X as usize;
     let (b, h) = (bh / heads, bh % heads);
-    let unit = UNIT_POS as usize;
+    let (half, lane) = (UNIT_POS as usize / block, UNIT_POS as usize % block);
+    let pitch = comptime!(block + 1);
     let kb = CUBE_POS_Y as usize;
-    let j = kb * block + unit;
+    let j = kb * block + lane;
     let valid = j < seq;
     let seed = seed_of::<I>(parts);
 
-    // This unit's key and value rows, a padding column after each.
-    let pitch = comptime!(head_dim + 1);
-    let mut own_k = Shared::<[f32]>::new_slice(comptime!(block * (head_dim + 1)));
-    let mut own_v = Shared::<[f32]>::new_slice(comptime!(block * (head_dim + 1)));
-    let k_at = b * k.stride(0) + h * k.stride(1) + j * k.stride(2);
-    let v_at = b * v.stride(0) + h * v.stride(1) + j * v.stride(2);
-    let mut dk_acc = Array::<f32>::new(head_dim);
-    let mut dv_acc = Array::<f32>::new(head_dim);
-    #[unroll]
-    for c in 0..head_dim {
-        let mut x = 0.0f32;
-        let mut y = 0.0f32;
-        if valid {
-            x = k[k_at + c * k.stride(3)];
-            y = v[v_at + c * v.stride(3)];
-        }
-        own_k[unit * pitch + c] = x;
-        own_v[unit * pitch + c] = y;
-        dk_acc[c] = 0.0f32;
-        dv_acc[c] = 0.0f32;
+    // The key row in the first half, the value row in the second.
+    let mut own = Array::<f32>::new(head_dim);
+    if half == 0 {
+        let at = b * k.stride(0) + h * k.stride(1) + j * k.stride(2);
+        load_own(k, at, valid, 1.0f32, &mut own, head_dim);
+    } else {
+        let at = b * v.stride(0) + h * v.stride(1) + j * v.stride(2);
+        load_own(v, at, valid, 1.0f32, &mut own, head_dim);
     }
+    let mut acc = Array::<f32>::new(head_dim);
+    zero(&mut acc, head_dim);
 
     let mut queries = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
     let mut grads = Shared::<[f32]>::new_slice(comptime!(block * head_dim));
     let mut lses = Shared::<[f32]>::new_slice(block);
     let mut deltas = Shared::<[f32]>::new_slice(block);
+    let mut scores = Shared::<[f32]>::new_slice(comptime!(block * (block + 1)));
+    let mut dps = Shared::<[f32]>::new_slice(comptime!(block * (block + 1)));
     let q_at = b * q.stride(0) + h * q.stride(1);
     let g_at = b * grad_out.stride(0) + h * grad_out.stride(1);
     for qb in kb..CUBE_COUNT_Y as usize {
@@ -378,45 +438,50 @@ pub(crate) fn dkdv_kernel<I: Int>(
         load_rows(
             grad_out, g_at, query0, seq, 1.0f32, &mut grads, head_dim, block,
         );
-        let mut l = 0.0f32;
-        let mut d = 0.0f32;
-        if query0 + unit < seq {
-            l = lse[bh * seq + query0 + unit];
-            d = delta[bh * seq + query0 + unit];
+        if half == 0 {
+            let mut l = 0.0f32;
+            let mut d = 0.0f32;
+            if query0 + lane < seq {
+                l = lse[bh * seq + query0 + lane];
+                d = delta[bh * seq + query0 + lane];
+            }
+            lses[lane] = l;
+            deltas[lane] = d;
         }
-        lses[unit] = l;
-        deltas[unit] = d;
+        sync_cube();
+        // Queries from the key's own position on: in the diagonal block, rows `lane..`.
+        let mut start = 0usize;
+        if qb == kb {
+            start = lane;
+        }
+        let mut end = seq - query0;
+        if end > block {
+            end = block;
+        }
+        if valid {
+            if half == 0 {
+                for r in start..end {
+                    scores[r * pitch + lane] = dot(&own, &queries, r, head_dim);
+                }
+            } else {
+                for r in start..end {
+                    dps[r * pitch + lane] = dot(&own, &grads, r, head_dim);
+                }
+            }
+        }
         sync_cube();
         if valid {
-            // Queries from the key's own position on: in the diagonal block, rows `unit..`.
-            let mut start = 0usize;
-            if qb == kb {
-                start = unit;
-            }
-            let mut end = seq - query0;
-            if end > block {
-                end = block;
-            }
             for r in start..end {
-                let mut s = 0.0f32;
-                let mut dp = 0.0f32;
-                #[unroll]
-                for c in 0..head_dim {
-                    s += queries[r * head_dim + c] * own_k[unit * pitch + c];
-                    dp += grads[r * head_dim + c] * own_v[unit * pitch + c];
-                }
-                let p = f32::exp(s - lses[r]);
-                let mut w = p;
+                let p = f32::exp(scores[r * pitch + lane] - lses[r]);
+                let mut m = 1.0f32;
                 if dropout {
-                    let m = mask_factor(seed, bh * seq + query0 + r, seq, j, threshold, keep_scale);
-                    w = p * m;
-                    dp *= m;
+                    m = mask_factor(seed, bh * seq + query0 + r, seq, j, threshold, keep_scale);
                 }
-                let ds = p * (dp - deltas[r]);
-                #[unroll]
-                for c in 0..head_dim {
-                    dv_acc[c] += w * grads[r * head_dim + c];
-                    dk_acc[c] += ds * queries[r * head_dim + c];
+                if half == 0 {
+                    let ds = p * (dps[r * pitch + lane] * m - deltas[r]);
+                    add_scaled(&mut acc, ds, &queries, r, 0usize, head_dim, head_dim);
+                } else {
+                    add_scaled(&mut acc, p * m, &grads, r, 0usize, head_dim, head_dim);
                 }
             }
         }
@@ -424,19 +489,26 @@ pub(crate) fn dkdv_kernel<I: Int>(
     }
     if valid {
         let at = (bh * seq + j) * head_dim;
-        #[unroll]
-        for c in 0..head_dim {
-            dk[at + c] = dk_acc[c];
-            dv[at + c] = dv_acc[c];
+        if half == 0 {
+            #[unroll]
+            for c in 0..head_dim {
+                dk[at + c] = acc[c];
+            }
+        } else {
+            #[unroll]
+            for c in 0..head_dim {
+                dv[at + c] = acc[c];
+            }
         }
     }
 }
 
-/// Whether the kernels take these tensors: `f32`, heads of at most [`MAX_HEAD_DIM`] columns.
+/// Whether the kernels take these tensors: `f32`, heads of at most [`MAX_HEAD_DIM`] columns
+/// and an even number of them (each of a row's two units sums half).
 fn fits(tensors: &[&CubeTensor]) -> bool {
     tensors.iter().all(|t| {
         let dims = t.meta.shape().dims::<4>();
-        t.dtype == DType::F32 && dims[3] <= MAX_HEAD_DIM
+        t.dtype == DType::F32 && dims[3] <= MAX_HEAD_DIM && dims[3] % 2 == 0
     })
 }
 
@@ -478,7 +550,7 @@ impl AttentionKernelOps for CubeBackend {
         forward_kernel::launch(
             &client,
             cube_count(batch, heads, seq),
-            CubeDim::new_1d(BLOCK as u32),
+            CubeDim::new_1d(UNITS as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
@@ -531,7 +603,7 @@ impl AttentionKernelOps for CubeBackend {
         dq_kernel::launch(
             &client,
             cube_count(batch, heads, seq),
-            CubeDim::new_1d(BLOCK as u32),
+            CubeDim::new_1d(UNITS as u32),
             q.clone().into_tensor_arg(),
             k.clone().into_tensor_arg(),
             v.clone().into_tensor_arg(),
@@ -551,7 +623,7 @@ impl AttentionKernelOps for CubeBackend {
         dkdv_kernel::launch(
             &client,
             cube_count(batch, heads, seq),
-            CubeDim::new_1d(BLOCK as u32),
+            CubeDim::new_1d(UNITS as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
