@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use burn::cubecl::cuda::compiler::CudaBackend;
-use burn::cubecl::cuda::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
+use burn::cubecl::cuda::{CudaCompilationOptions, CudaCompiler, CudaRepresentation, CudaRuntime};
 use burn::cubecl::ir::features::Plane;
 use burn::cubecl::ir::nvidia::SmArch;
 use burn::cubecl::ir::{
@@ -137,7 +137,9 @@ fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
 /// attention with and without dropout, dropout, the optimizer's update.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
-    let target = Arc::new(TargetProperties::default());
+    // The runtime's own target properties (its matrix registers' layout); cubecl exports the
+    // `Runtime` trait that gives them only under the name its macros use.
+    let target = Arc::new(<CudaRuntime as burn::cubecl::__private::Runtime>::target_properties());
     let mut out: Vec<(String, Kernel)> = Vec::new();
     for dropout in [true, false] {
         let case = if dropout { "dropout" } else { "no dropout" };
