@@ -7,17 +7,18 @@
 //! tensor written to and read from device memory (256 MiB apiece for a d512 model at batch 128 ×
 //! 256), and the probabilities are kept from the forward pass to the backward pass. Here:
 //!
-//! - **forward** (one cube per head and block of query rows): each unit keeps its query row
-//!   and its output row in registers and walks the keys up to its own position, block by block
-//!   through shared memory, with the online softmax (a running maximum `m` and sum `l`);
-//!   dropout multiplies a probability by its mask after softmax's normalisation, as the
-//!   reference's `F.dropout` does. Out come the output and each row's `lse = m + ln l`, all the
-//!   backward pass keeps besides `q`, `k`, `v` and the output.
-//! - **`dq`** (one cube per head and block of query rows): with `D = rowsum(dO ∘ O)`, it
-//!   recomputes each probability `P = exp(s − lse)`, `dP = (dO · v) ∘ M` and `dS = P ∘ (dP −
-//!   D)`, and sums `dS · k` over the keys.
-//! - **`dk`, `dv`** (one cube per head and block of keys): the same quantities walked by key,
-//!   summing `(P ∘ M) · dO` and `dS · q` over the queries.
+//! - **forward** (one cube per head and block of query rows, two units per row): a row's
+//!   units keep its query row and half its output row each in registers and walk the keys up
+//!   to its position, block by block through shared memory, with the online softmax (a
+//!   running maximum `m` and sum `l`); dropout multiplies a probability by its mask after
+//!   softmax's normalisation, as the reference's `F.dropout` does. Out come the output and
+//!   each row's `lse = m + ln l`, all the backward pass keeps besides `q`, `k`, `v` and the
+//!   output.
+//! - **`dq`** (one cube per head and block of query rows, two units per row): with `D =
+//!   rowsum(dO ∘ O)`, it recomputes each probability `P = exp(s − lse)`, `dP = (dO · v) ∘ M`
+//!   and `dS = P ∘ (dP − D)`, and sums `dS · k` over the keys.
+//! - **`dk`, `dv`** (one cube per head and block of keys, two units per key): the same
+//!   quantities walked by key, summing `(P ∘ M) · dO` and `dS · q` over the queries.
 //!
 //! `M` is the mask of [`crate::dropout`]: element `((b · heads + h) · seq + i) · seq + j` of the
 //! probabilities is kept iff SplitMix64 of the seed and that index falls below the threshold,
