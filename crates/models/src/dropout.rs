@@ -229,12 +229,23 @@ pub(crate) mod cube {
 
     use super::DropoutOps;
 
-    /// SplitMix64's output function ([`super::mix`]).
+    /// SplitMix64's output function ([`super::mix`]); the attention kernels hash with it too.
     #[cube]
-    fn mix(z: u64) -> u64 {
+    pub(crate) fn mix(z: u64) -> u64 {
         let a = (z ^ (z >> u64::new(30))) * 0xBF58_476D_1CE4_E5B9u64;
         let b = (a ^ (a >> u64::new(27))) * 0x94D0_49BB_1331_11EBu64;
         b ^ (b >> u64::new(31))
+    }
+
+    /// The seed the three 30-bit `parts` make ([`super::fold_seed`]).
+    #[cube]
+    pub(crate) fn seed_of<I: Int>(parts: &Tensor<I>) -> u64 {
+        let low = u64::new(0x3FFF_FFFF);
+        let mut seed = u64::new(0);
+        for p in 0..3usize {
+            seed = (seed << u64::new(30)) ^ (u64::cast_from(parts[p]) & low);
+        }
+        seed
     }
 
     /// One element per unit: `x[i] · m[i]`, `m[i]` [`super::mask_values`]'s element `i` for the
@@ -252,11 +263,7 @@ pub(crate) mod cube {
         if i >= out.len() {
             terminate!();
         }
-        let low = u64::new(0x3FFF_FFFF);
-        let mut seed = u64::new(0);
-        for p in 0..3usize {
-            seed = (seed << u64::new(30)) ^ (u64::cast_from(parts[p]) & low);
-        }
+        let seed = seed_of::<I>(parts);
         let counter = seed + (u64::cast_from(i) + u64::new(1)) * 0x9E37_79B9_7F4A_7C15u64;
         let mut m = 0.0f32;
         if (mix(counter) >> u64::new(32)) < threshold {

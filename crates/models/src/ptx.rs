@@ -114,13 +114,13 @@ fn options(sm: u32) -> CudaCompilationOptions {
 /// A kernel's definition, whatever its type.
 pub type Kernel = Box<dyn CubeKernel>;
 
-/// A tensor argument of `shape`, contiguous, in memory no device holds: a launch's
-/// registration reads only its shape, strides and size.
-fn tensor(shape: &[usize], elem_size: usize) -> TensorArg {
+/// An `f32` or `u32` tensor argument of `shape`, contiguous, in memory no device holds: a
+/// launch's registration reads only its shape, strides and size.
+fn tensor(shape: &[usize]) -> TensorArg {
     let strides: Vec<usize> = (0..shape.len())
         .map(|d| shape[d + 1..].iter().product())
         .collect();
-    let size = (shape.iter().product::<usize>() * elem_size) as u64;
+    let size = (shape.iter().product::<usize>() * 4) as u64;
     let service = ServiceId::of::<Ptx>(DeviceId::new(0, 0));
     let handle = Handle::new(service, StreamId { value: 0 }, size);
     let binding = TensorBinding {
@@ -164,9 +164,9 @@ fn attention(
     dropout: bool,
 ) -> Vec<(&'static str, Kernel)> {
     let shape = [BATCH, HEADS, SEQ, HEAD_DIM];
-    let head = || tensor(&shape, 4);
-    let rows = || tensor(&[BATCH, HEADS, SEQ], 4);
-    let parts = || tensor(&[3], 4);
+    let head = || tensor(&shape);
+    let rows = || tensor(&[BATCH, HEADS, SEQ]);
+    let parts = || tensor(&[3]);
     let count = || CubeCount::Static((BATCH * HEADS) as u32, SEQ.div_ceil(BLOCK) as u32, 1);
     let dim = CubeDim::new_1d(UNITS as u32);
     let int = ElemType::UInt(burn::cubecl::ir::UIntKind::U32);
@@ -262,9 +262,9 @@ fn dropout_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>)
         target.clone(),
         count,
         dim,
-        tensor(&[ELEMENTS], 4),
-        tensor(&[3], 4),
-        tensor(&[ELEMENTS], 4),
+        tensor(&[ELEMENTS]),
+        tensor(&[3]),
+        tensor(&[ELEMENTS]),
         3_865_470_566u64,
         1.0f32 / 0.9,
         ElemType::UInt(burn::cubecl::ir::UIntKind::U32),
@@ -273,7 +273,7 @@ fn dropout_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>)
 
 fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -> Kernel {
     let (count, dim) = elementwise();
-    let t = || tensor(&[ELEMENTS], 4);
+    let t = || tensor(&[ELEMENTS]);
     Box::new(adamw_update::cube::adamw_kernel::create_dummy_kernel(
         props.clone(),
         target.clone(),
@@ -283,7 +283,7 @@ fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -
         t(),
         t(),
         t(),
-        tensor(&[1], 4),
+        tensor(&[1]),
         0.99,
         0.1,
         0.95,

@@ -24,6 +24,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::{AttentionKernelOps, KernelSettings, reference_backward, reference_forward};
+use crate::dropout::cube::{mix, seed_of};
 
 /// Query or key rows per block.
 pub(crate) const BLOCK: usize = 32;
@@ -34,25 +35,6 @@ pub(crate) const UNITS: usize = 2 * BLOCK;
 /// The widest head the kernels take: at 64 columns the `dq` and `dk`/`dv` kernels' shared
 /// memory is 25 KiB, under the 48 KiB a CUDA kernel may hold without asking.
 const MAX_HEAD_DIM: usize = 64;
-
-/// SplitMix64's output function (`crate::dropout::mix`).
-#[cube]
-fn mix(z: u64) -> u64 {
-    let a = (z ^ (z >> u64::new(30))) * 0xBF58_476D_1CE4_E5B9u64;
-    let b = (a ^ (a >> u64::new(27))) * 0x94D0_49BB_1331_11EBu64;
-    b ^ (b >> u64::new(31))
-}
-
-/// The seed the three 30-bit `parts` make (`crate::dropout::fold_seed`).
-#[cube]
-fn seed_of<I: Int>(parts: &Tensor<I>) -> u64 {
-    let low = u64::new(0x3FFF_FFFF);
-    let mut seed = u64::new(0);
-    for p in 0..3usize {
-        seed = (seed << u64::new(30)) ^ (u64::cast_from(parts[p]) & low);
-    }
-    seed
-}
 
 /// Whether probability `(row, j)` of a head is kept, `row = (b · heads + h) · seq + i`: its
 /// index in the `[batch, heads, seq, seq]` probabilities, hashed as
