@@ -21,6 +21,7 @@ use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, silu, softplus};
 
 use crate::config::{Family, ModelConfig, Scan};
+use crate::delta_chunks::{ChunkInputs, delta_chunk_recurrence};
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
 use crate::hidden::Tap;
@@ -402,13 +403,14 @@ fn unit_lower_inverse(a: Tensor<5>) -> Tensor<5> {
 /// chunks at once): `U = T diag(β) V − T diag(β e^γ) K S₀`,
 /// `O = diag(e^γ) Q S₀ + (Q Kᵀ ⊙ Γ) U` with `Γ_ij = e^{γ_i − γ_j}` for `j ≤ i` (0 above), and
 /// the next start state `e^{γ_C} S₀ + (diag(e^{γ_C − γ}) K)ᵀ U`. Only the last three steps run
-/// chunk after chunk. Every exponent is ≤ 0.
+/// chunk after chunk, as one operation with its own backward pass
+/// ([`crate::delta_chunks`]). Every exponent is ≤ 0.
 ///
 /// # Shapes
 /// - inputs: see [`DeltaRuleInputs`] (key dim `K`, value dim `V`)
 /// - output `o`: `[batch, seq, h, V]`
 pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor<4> {
-    let [batch, seq, h, key_dim] = inputs.k.dims();
+    let [batch, seq, h, _] = inputs.k.dims();
     let [_, _, _, value_dim] = inputs.v.dims();
     let device = inputs.k.device();
     if seq == 0 {
@@ -468,25 +470,14 @@ pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor
     let q_decayed = q * gamma_exp;
     let last = gamma.clone().narrow(3, chunk - 1, 1); // [b, nc, h, 1]
     let k_to_end = k * column(last.clone() - gamma).exp(); // [b, nc, h, C, K]
-    let chunk_decay = last.exp(); // [b, nc, h, 1]
-
-    let at = |t: &Tensor<5>, c: usize| -> Tensor<4> {
-        let [b, _, hh, r, w] = t.dims();
-        t.clone().narrow(1, c, 1).reshape([b, hh, r, w])
-    };
-    let mut state = Tensor::<4>::zeros([batch, h, key_dim, value_dim], &device);
-    let mut outputs = Vec::with_capacity(n_chunks);
-    for c in 0..n_chunks {
-        let u = at(&u_tilde, c) - at(&w, c).matmul(state.clone()); // [b, h, C, V]
-        let o = at(&q_decayed, c).matmul(state.clone()) + at(&qk, c).matmul(u.clone());
-        outputs.push(o);
-        let alpha: Tensor<4> = chunk_decay
-            .clone()
-            .narrow(1, c, 1)
-            .reshape([batch, h, 1, 1]);
-        state = state * alpha + at(&k_to_end, c).swap_dims(2, 3).matmul(u);
-    }
-    let o: Tensor<5> = Tensor::stack(outputs, 1); // [b, nc, h, C, V]
+    let o = delta_chunk_recurrence(ChunkInputs {
+        u_tilde,
+        w,
+        q_decayed,
+        qk,
+        k_to_end,
+        alpha: last.exp().reshape([batch, n_chunks, h, 1, 1]),
+    }); // [b, nc, h, C, V]
     o.swap_dims(2, 3)
         .reshape([batch, padded, h, value_dim])
         .narrow(1, 0, seq)

@@ -33,6 +33,7 @@ mod attention;
 mod attention_kernel;
 pub mod checkpoint;
 mod config;
+mod delta_chunks;
 mod device;
 mod device_loss;
 mod dropout;

@@ -149,6 +149,41 @@ pub fn scalar_decay_sequential(
     Tensor::stack(outputs, 1)
 }
 
+/// The state at the start of each chunk, from each chunk's own contribution to the state at its
+/// end (`own`: `[b, nc, h, P, N]`) and each chunk's total log decay (`log_decay`: `[b, nc, h]`):
+///
+/// ```text
+/// start_c = Σ_{c' < c} exp(Σ_{j = c'+1}^{c−1} log_decay_j) · own_{c'}
+/// ```
+///
+/// the recurrence `start_{c+1} = exp(log_decay_c) · start_c + own_c` unrolled into one product
+/// over the chunk axis, as within a chunk. The exponents are partial sums over the chunks between
+/// (a cumulative sum of a masked copy, as mamba_ssm's `segsum`), not differences of one running
+/// sum, so a long sequence loses no precision to cancellation. A loop over the chunks would slice
+/// `own` once per chunk, and each slice's gradient is a zero-filled tensor the size of `own`.
+fn chunk_start_states(own: Tensor<5>, log_decay: Tensor<3>) -> Tensor<5> {
+    let [batch, n_chunks, heads, p, n] = own.dims();
+    let square = [batch, heads, n_chunks, n_chunks];
+    // Row r, column c: true where c ≥ r (the mask keeps the strictly lower triangle).
+    let on_or_above = Tensor::<2, Bool>::tril_mask([n_chunks, n_chunks], -1, &own.device())
+        .reshape([1, 1, n_chunks, n_chunks])
+        .expand(square);
+    // Row j, column c': log_decay_j where j > c', else 0.
+    let after_source = log_decay
+        .swap_dims(1, 2)
+        .reshape([batch, heads, n_chunks, 1])
+        .expand(square)
+        .mask_fill(on_or_above.clone(), 0.0);
+    // Row c, column c': Σ_{c' < j ≤ c} log_decay_j, less chunk c's own (applied after its start).
+    let exponent = after_source.clone().cumsum(2) - after_source;
+    let weights = exponent.mask_fill(on_or_above, f32::NEG_INFINITY).exp(); // 0 where c' ≥ c
+    let own = own.swap_dims(1, 2).reshape([batch, heads, n_chunks, p * n]);
+    weights
+        .matmul(own)
+        .reshape([batch, heads, n_chunks, p, n])
+        .swap_dims(1, 2)
+}
+
 /// The chunked form (SSD): inside each chunk of `chunk_size` steps the outputs are a masked,
 /// decay-weighted attention `y_i = Σ_{j≤i} exp(c_i − c_j) (q_i·k_j) v_j` (with `c` the cumulative
 /// log decay inside the chunk) plus the chunk's start state read out with decay `exp(c_i)`; the
@@ -160,7 +195,7 @@ pub fn scalar_decay_chunked(
     v: Tensor<5>,
     chunk_size: usize,
 ) -> Tensor<5> {
-    let [batch, seq, heads, n_queries, n] = q.dims();
+    let [batch, seq, heads, n_queries, _] = q.dims();
     let [_, _, _, n_keys, p] = v.dims();
     if seq == 0 {
         return Tensor::zeros([batch, 0, heads, n_queries, p], &q.device());
@@ -219,22 +254,7 @@ pub fn scalar_decay_chunked(
         .expand([batch, n_chunks, heads, chunk, n_keys])
         .reshape([batch, n_chunks, heads, chunk * n_keys, 1]);
     let chunk_states = (v * to_end).swap_dims(3, 4).matmul(k); // [b, nc, h, P, N]
-    let chunk_decay = last.exp(); // [b, nc, h, 1]
-    let mut starts = Vec::with_capacity(n_chunks);
-    let mut state = Tensor::<4>::zeros([batch, heads, p, n], &device);
-    for c in 0..n_chunks {
-        starts.push(state.clone());
-        let own: Tensor<4> = chunk_states
-            .clone()
-            .narrow(1, c, 1)
-            .reshape([batch, heads, p, n]);
-        let a: Tensor<4> = chunk_decay
-            .clone()
-            .narrow(1, c, 1)
-            .reshape([batch, heads, 1, 1]);
-        state = state * a + own;
-    }
-    let starts: Tensor<5> = Tensor::stack(starts, 1); // [b, nc, h, P, N]
+    let starts = chunk_start_states(chunk_states, last.reshape([batch, n_chunks, heads]));
     let from_start: Tensor<5> = cum
         .exp()
         .reshape([batch, n_chunks, heads, chunk, 1])

@@ -336,6 +336,16 @@ fn prefix_scan<const D: usize>(
     (pm, pc)
 }
 
+/// The last step of every chunk of `[batch, n_chunks, chunk, w]`, as `[batch, n_chunks, 1, w]`:
+/// taken in one slice before the loop over chunks, so that the loop slices this small tensor.
+/// Sliced per chunk from the whole prefixes instead, each slice's gradient is a zero tensor of
+/// the prefixes' whole size (as many as there are chunks, 32 at 256 steps in the CPU's chunks of
+/// 8), where this slice's is one.
+fn chunk_ends(t: Tensor<4>) -> Tensor<4> {
+    let [batch, n_chunks, chunk, w] = t.dims();
+    t.narrow(2, chunk - 1, 1).reshape([batch, n_chunks, 1, w])
+}
+
 /// [`chunked`] with diagonal transitions `m`: `[batch, seq, d]`; `c`: `[rows, chunk, d]`.
 fn chunked_diagonal(m: Tensor<3>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> Tensor<3> {
     let Chunks {
@@ -354,22 +364,14 @@ fn chunked_diagonal(m: Tensor<3>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -
     let (pm, pc) = prefix_scan(m.reshape([chunks.rows(), chunk, d]), c, |a, b| a * b);
     let pm = pm.reshape([batch, n_chunks, chunk, d]);
     let pc = pc.reshape([batch, n_chunks, chunk, d]);
-    // Carry the start state across chunks.
+    // Carry the start state across chunks, from each chunk's last step (see `chunk_ends`).
+    let (last_m, last_c) = (chunk_ends(pm.clone()), chunk_ends(pc.clone()));
     let mut starts = Vec::with_capacity(n_chunks);
     let mut y = y0;
     for k in 0..n_chunks {
         starts.push(y.clone());
-        let last_m = pm
-            .clone()
-            .narrow(1, k, 1)
-            .narrow(2, chunk - 1, 1)
-            .reshape([batch, d]);
-        let last_c = pc
-            .clone()
-            .narrow(1, k, 1)
-            .narrow(2, chunk - 1, 1)
-            .reshape([batch, d]);
-        y = last_m * y + last_c;
+        let at = |t: &Tensor<4>| -> Tensor<2> { t.clone().narrow(1, k, 1).reshape([batch, d]) };
+        y = at(&last_m) * y + at(&last_c);
     }
     let starts: Tensor<4> = Tensor::stack::<3>(starts, 1).reshape([batch, n_chunks, 1, d]);
     let out = pm * starts + pc; // [batch, n_chunks, chunk, d]
@@ -402,20 +404,20 @@ fn chunked_block(m: Tensor<5>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> T
     let (pm, pc) = prefix_scan(pm, pc, Tensor::matmul);
     let pm: Tensor<5> = pm.reshape([batch, chunks.padded(), n_blocks, b, b]);
     let pc: Tensor<5> = pc.reshape([batch, chunks.padded(), n_blocks, b, 1]);
+    let by_chunk = |t: Tensor<5>, cols: usize| -> Tensor<4> {
+        chunk_ends(t.reshape([batch, n_chunks, chunk, n_blocks * b * cols]))
+    };
+    let (last_m, last_c) = (by_chunk(pm.clone(), b), by_chunk(pc.clone(), 1));
     let mut starts = Vec::with_capacity(n_chunks);
     let mut y: Tensor<4> = y0.reshape([batch, n_blocks, b, 1]);
     for k in 0..n_chunks {
         starts.push(y.clone());
-        let last = k * chunk + chunk - 1;
-        let last_m: Tensor<4> = pm
-            .clone()
-            .narrow(1, last, 1)
-            .reshape([batch, n_blocks, b, b]);
-        let last_c: Tensor<4> = pc
-            .clone()
-            .narrow(1, last, 1)
-            .reshape([batch, n_blocks, b, 1]);
-        y = last_m.matmul(y) + last_c;
+        let at = |t: &Tensor<4>, cols: usize| -> Tensor<4> {
+            t.clone()
+                .narrow(1, k, 1)
+                .reshape([batch, n_blocks, b, cols])
+        };
+        y = at(&last_m, b).matmul(y) + at(&last_c, 1);
     }
     // starts: [batch, n_chunks, n_blocks, b, 1] → one per step of its chunk.
     let starts: Tensor<5> = Tensor::stack::<5>(starts, 1);

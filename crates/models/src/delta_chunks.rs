@@ -1,0 +1,444 @@
+//! The chunked delta rule's passage from chunk to chunk (Gated DeltaNet, [`crate::gdn`]) as one
+//! differentiable operation.
+//!
+//! With each chunk's inputs precomputed for all chunks at once (`Ũ`, `W`, the decayed queries
+//! `Q̃`, the masked decayed scores `QK`, the keys decayed to the chunk's end `K̃` and the
+//! chunk's total decay `α`), the state `S` (`[key, value]` per batch row and head, 0 at the
+//! start) runs through the chunks in order:
+//!
+//! ```text
+//! u_c     = Ũ_c − W_c S_c
+//! o_c     = Q̃_c S_c + QK_c u_c
+//! S_{c+1} = α_c S_c + K̃_cᵀ u_c
+//! ```
+//!
+//! Written as a loop of tensor operations under autodiff, each step takes its chunk of the six
+//! inputs by a slice, and each slice's backward pass is a zero tensor of the input's whole
+//! shape with the chunk's gradient written into it, added to the other chunks': per input, as
+//! many whole-size passes as there are chunks (4 at 256 steps in chunks of 64, 16 on the CPU's
+//! chunks of 16). [`delta_chunk_recurrence`] computes the same loop in the forward pass and
+//! keeps each chunk's start state and `u`; its backward pass runs the chunks in reverse,
+//!
+//! ```text
+//! du_c    = QK_cᵀ dO_c + K̃_c dS_{c+1}
+//! dQK_c   = dO_c u_cᵀ,   dQ̃_c = dO_c S_cᵀ,   dK̃_c = u_c dS_{c+1}ᵀ,   dW_c = −du_c S_cᵀ
+//! dŨ_c    = du_c,        dα_c = Σ dS_{c+1} ∘ S_c
+//! dS_c    = α_c dS_{c+1} + Q̃_cᵀ dO_c − W_cᵀ du_c          (dS after the last chunk: 0)
+//! ```
+//!
+//! and puts each input's chunks together by one concatenation.
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Dispatch, Shape, Slice, TensorMetadata, backend_extension};
+use burn::prelude::*;
+
+/// Each chunk's inputs to the passage from chunk to chunk, all chunks at once (the module
+/// docs); `C` is the chunk size, `K` and `V` the key and value widths.
+#[derive(Debug, Clone)]
+pub struct ChunkInputs<T> {
+    /// `Ũ`: `[batch, chunks, heads, C, V]`.
+    pub u_tilde: T,
+    /// `W`: `[batch, chunks, heads, C, K]`.
+    pub w: T,
+    /// `Q̃`, the queries decayed from the chunk's start: `[batch, chunks, heads, C, K]`.
+    pub q_decayed: T,
+    /// `QK`, the masked decayed scores: `[batch, chunks, heads, C, C]`.
+    pub qk: T,
+    /// `K̃`, the keys decayed to the chunk's end: `[batch, chunks, heads, C, K]`.
+    pub k_to_end: T,
+    /// `α`, each chunk's total decay: `[batch, chunks, heads, 1, 1]`.
+    pub alpha: T,
+}
+
+/// The outputs `o` of every chunk (`[batch, chunks, heads, C, V]`) from the chunks' inputs,
+/// one differentiable operation (the module docs).
+pub fn delta_chunk_recurrence(inputs: ChunkInputs<Tensor<5>>) -> Tensor<5> {
+    let ChunkInputs {
+        u_tilde,
+        w,
+        q_decayed,
+        qk,
+        k_to_end,
+        alpha,
+    } = inputs;
+    Tensor::from_dispatch(<Dispatch as DeltaChunkOps>::delta_chunk_recurrence(
+        u_tilde.into_dispatch(),
+        w.into_dispatch(),
+        q_decayed.into_dispatch(),
+        qk.into_dispatch(),
+        k_to_end.into_dispatch(),
+        alpha.into_dispatch(),
+    ))
+}
+
+/// Chunk `c` of a `[batch, chunks, heads, r, w]` tensor, as `[batch, heads, r, w]`.
+fn chunk<B: Backend>(t: &FloatTensor<B>, c: usize) -> FloatTensor<B> {
+    let [batch, _, heads, rows, cols] = t.shape().dims();
+    let at = Slice::new(c as isize, Some(c as isize + 1), 1);
+    let slices = [
+        Slice::full(),
+        at,
+        Slice::full(),
+        Slice::full(),
+        Slice::full(),
+    ];
+    B::float_reshape(
+        B::float_slice(t.clone(), &slices),
+        Shape::new([batch, heads, rows, cols]),
+    )
+}
+
+/// `[batch, heads, r, w]` chunks side by side again, as `[batch, chunks, heads, r, w]`.
+fn unchunk<B: Backend>(chunks: Vec<FloatTensor<B>>) -> FloatTensor<B> {
+    let parts = chunks
+        .into_iter()
+        .map(|t| {
+            let [batch, heads, rows, cols] = t.shape().dims();
+            B::float_reshape(t, Shape::new([batch, 1, heads, rows, cols]))
+        })
+        .collect();
+    B::float_cat(parts, 1)
+}
+
+/// `Aᵀ B` of two `[batch, heads, ·, ·]` tensors.
+fn t_matmul<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_matmul(B::float_transpose(a), b)
+}
+
+/// `A Bᵀ` of two `[batch, heads, ·, ·]` tensors.
+fn matmul_t<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_matmul(a, B::float_transpose(b))
+}
+
+/// What the forward pass leaves for the backward pass: the inputs it reads again (all but `Ũ`),
+/// and each chunk's start state `S_c` and `u_c` (`[batch, heads, ·, ·]`, in chunk order).
+#[derive(Debug, Clone)]
+struct Saved<B: Backend> {
+    w: FloatTensor<B>,
+    q_decayed: FloatTensor<B>,
+    qk: FloatTensor<B>,
+    k_to_end: FloatTensor<B>,
+    alpha: FloatTensor<B>,
+    states: Vec<FloatTensor<B>>,
+    u: Vec<FloatTensor<B>>,
+}
+
+/// The loop of the module docs, in the operations (and their order) of the loop it replaced.
+fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, Saved<B>) {
+    let [batch, n_chunks, heads, _, key] = inputs.w.shape().dims();
+    let [.., value] = inputs.u_tilde.shape().dims::<5>();
+    let device = inputs.w.device();
+    let dtype = inputs.w.dtype();
+    let mut state = B::float_zeros(
+        Shape::new([batch, heads, key, value]),
+        &device,
+        dtype.into(),
+    );
+    let (mut states, mut us, mut outputs) = (Vec::new(), Vec::new(), Vec::new());
+    for c in 0..n_chunks {
+        let u = B::float_sub(
+            chunk::<B>(&inputs.u_tilde, c),
+            B::float_matmul(chunk::<B>(&inputs.w, c), state.clone()),
+        );
+        outputs.push(B::float_add(
+            B::float_matmul(chunk::<B>(&inputs.q_decayed, c), state.clone()),
+            B::float_matmul(chunk::<B>(&inputs.qk, c), u.clone()),
+        ));
+        states.push(state.clone());
+        state = B::float_add(
+            B::float_mul(state, chunk::<B>(&inputs.alpha, c)),
+            t_matmul::<B>(chunk::<B>(&inputs.k_to_end, c), u.clone()),
+        );
+        us.push(u);
+    }
+    let ChunkInputs {
+        w,
+        q_decayed,
+        qk,
+        k_to_end,
+        alpha,
+        ..
+    } = inputs;
+    let saved = Saved {
+        w,
+        q_decayed,
+        qk,
+        k_to_end,
+        alpha,
+        states,
+        u: us,
+    };
+    (unchunk::<B>(outputs), saved)
+}
+
+/// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`.
+fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> ChunkInputs<FloatTensor<B>> {
+    let Saved {
+        w,
+        q_decayed,
+        qk,
+        k_to_end,
+        alpha,
+        states,
+        u,
+    } = saved;
+    let [batch, _, heads, _, key] = w.shape().dims();
+    let [.., value] = grad.shape().dims::<5>();
+    let zeros = Shape::new([batch, heads, key, value]);
+    let mut grad_state = B::float_zeros(zeros, &w.device(), w.dtype().into());
+    let mut grads: ChunkInputs<Vec<FloatTensor<B>>> = ChunkInputs {
+        u_tilde: Vec::new(),
+        w: Vec::new(),
+        q_decayed: Vec::new(),
+        qk: Vec::new(),
+        k_to_end: Vec::new(),
+        alpha: Vec::new(),
+    };
+    for c in (0..states.len()).rev() {
+        let (state, u) = (states[c].clone(), u[c].clone());
+        let grad_out = chunk::<B>(&grad, c);
+        let grad_u = B::float_add(
+            t_matmul::<B>(chunk::<B>(&qk, c), grad_out.clone()),
+            B::float_matmul(chunk::<B>(&k_to_end, c), grad_state.clone()),
+        );
+        grads.qk.push(matmul_t::<B>(grad_out.clone(), u.clone()));
+        grads
+            .q_decayed
+            .push(matmul_t::<B>(grad_out.clone(), state.clone()));
+        grads.k_to_end.push(matmul_t::<B>(u, grad_state.clone()));
+        let decay_grad = B::float_mul(grad_state.clone(), state.clone());
+        grads
+            .alpha
+            .push(B::float_sum_dim(B::float_sum_dim(decay_grad, 3), 2));
+        grads
+            .w
+            .push(B::float_neg(matmul_t::<B>(grad_u.clone(), state)));
+        grad_state = B::float_sub(
+            B::float_add(
+                B::float_mul(grad_state, chunk::<B>(&alpha, c)),
+                t_matmul::<B>(chunk::<B>(&q_decayed, c), grad_out),
+            ),
+            t_matmul::<B>(chunk::<B>(&w, c), grad_u.clone()),
+        );
+        grads.u_tilde.push(grad_u);
+    }
+    let together = |mut reversed: Vec<FloatTensor<B>>| {
+        reversed.reverse();
+        unchunk::<B>(reversed)
+    };
+    ChunkInputs {
+        u_tilde: together(grads.u_tilde),
+        w: together(grads.w),
+        q_decayed: together(grads.q_decayed),
+        qk: together(grads.qk),
+        k_to_end: together(grads.k_to_end),
+        alpha: together(grads.alpha),
+    }
+}
+
+/// The passage from chunk to chunk as a backend operation. Each backend's forward pass is the
+/// default body, from its own tensor operations; the autodiff decorator's adds the backward
+/// pass.
+#[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
+pub trait DeltaChunkOps: Backend {
+    /// [`delta_chunk_recurrence`].
+    fn delta_chunk_recurrence(
+        u_tilde: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let inputs = ChunkInputs {
+            u_tilde,
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+        };
+        forward::<Self>(inputs).0
+    }
+}
+
+impl DeltaChunkOps for burn::backend::Flex {}
+
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+impl DeltaChunkOps for burn::backend::Cube {}
+
+/// The backward pass of [`delta_chunk_recurrence`], for its six inputs.
+#[derive(Debug)]
+struct ChunkBackward;
+
+impl<B: Backend> Backward<B, 6> for ChunkBackward {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        if ops.parents.iter().all(Option::is_none) {
+            return;
+        }
+        let ChunkInputs {
+            u_tilde,
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+        } = backward::<B>(ops.state, grad);
+        let computed = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
+        for (parent, grad) in ops.parents.into_iter().zip(computed) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: Backend + DeltaChunkOps, C: CheckpointStrategy> DeltaChunkOps for Autodiff<B, C> {
+    fn delta_chunk_recurrence(
+        u_tilde: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let nodes = [&u_tilde, &w, &q_decayed, &qk, &k_to_end, &alpha].map(|t| t.node());
+        let inputs = ChunkInputs {
+            u_tilde: u_tilde.into_primitive(),
+            w: w.into_primitive(),
+            q_decayed: q_decayed.into_primitive(),
+            qk: qk.into_primitive(),
+            k_to_end: k_to_end.into_primitive(),
+            alpha: alpha.into_primitive(),
+        };
+        match ChunkBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, saved) = forward::<B>(inputs);
+                prep.finish(saved, out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward::<B>(inputs).0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+
+    /// The loop by tensor operations under autodiff, as `delta_rule_chunked` ran it before.
+    fn by_operations(inputs: ChunkInputs<Tensor<5>>) -> Tensor<5> {
+        let [batch, n_chunks, heads, _, key] = inputs.w.dims();
+        let [.., value] = inputs.u_tilde.dims();
+        let at = |t: &Tensor<5>, c: usize| -> Tensor<4> {
+            let [b, _, h, r, w] = t.dims();
+            t.clone().narrow(1, c, 1).reshape([b, h, r, w])
+        };
+        let mut state = Tensor::<4>::zeros([batch, heads, key, value], &inputs.w.device());
+        let mut outputs = Vec::new();
+        for c in 0..n_chunks {
+            let u = at(&inputs.u_tilde, c) - at(&inputs.w, c).matmul(state.clone());
+            let o = at(&inputs.q_decayed, c).matmul(state.clone())
+                + at(&inputs.qk, c).matmul(u.clone());
+            outputs.push(o);
+            state =
+                state * at(&inputs.alpha, c) + at(&inputs.k_to_end, c).swap_dims(2, 3).matmul(u);
+        }
+        Tensor::stack(outputs, 1)
+    }
+
+    fn values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
+        x.into_data().try_to_vec::<f32>().expect("f32")
+    }
+
+    /// Random inputs of 3 chunks of 5 steps, keys of 4 and values of 6 columns.
+    fn random_inputs(device: &Device) -> ChunkInputs<Tensor<5>> {
+        let random = |cols: usize| {
+            Tensor::<5>::random([2, 3, 2, 5, cols], Distribution::Normal(0.0, 1.0), device)
+        };
+        ChunkInputs {
+            u_tilde: random(6),
+            w: random(4),
+            q_decayed: random(4),
+            qk: random(5),
+            k_to_end: random(4),
+            alpha: Tensor::random([2, 3, 2, 1, 1], Distribution::Uniform(0.2, 1.0), device),
+        }
+    }
+
+    /// The operation's output equals the loop's to the bit, and every input's gradient of
+    /// `sum(o ∘ weights)` the loop's within rounding, whether all inputs are tracked or only
+    /// some; without autodiff it is the same forward computation.
+    #[test]
+    fn the_operation_is_the_loop_in_value_and_gradients() {
+        let _rng = crate::rng::rng_lock();
+        let device = Device::flex().autodiff();
+        device.seed(29);
+        let inputs = random_inputs(&device);
+        let weights = Tensor::<5>::random([2, 3, 2, 5, 6], Distribution::Normal(0.0, 1.0), &device);
+        let all = [true; 6];
+        let some = [false, true, false, true, true, false];
+        for tracked in [all, some] {
+            let run = |f: &dyn Fn(ChunkInputs<Tensor<5>>) -> Tensor<5>| {
+                let list = [
+                    &inputs.u_tilde,
+                    &inputs.w,
+                    &inputs.q_decayed,
+                    &inputs.qk,
+                    &inputs.k_to_end,
+                    &inputs.alpha,
+                ];
+                let [u_tilde, w, q_decayed, qk, k_to_end, alpha] = std::array::from_fn(|i| {
+                    let t = list[i].clone().detach();
+                    if tracked[i] { t.require_grad() } else { t }
+                });
+                let leaves = [&u_tilde, &w, &q_decayed, &qk, &k_to_end, &alpha].map(Clone::clone);
+                let out = f(ChunkInputs {
+                    u_tilde,
+                    w,
+                    q_decayed,
+                    qk,
+                    k_to_end,
+                    alpha,
+                });
+                let grads = (out.clone() * weights.clone()).sum().backward();
+                let grads = leaves.map(|leaf| leaf.grad(&grads).map(values));
+                (values(out.inner()), grads)
+            };
+            let (want_out, want_grads) = run(&by_operations);
+            let (out, grads) = run(&delta_chunk_recurrence);
+            assert_eq!(out, want_out, "output");
+            for (i, (grad, want)) in grads.iter().zip(&want_grads).enumerate() {
+                assert_eq!(grad.is_some(), tracked[i], "input {i}: tracked");
+                let (Some(grad), Some(want)) = (grad, want) else {
+                    continue;
+                };
+                let diff = grad
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(diff < 1e-4, "input {i}: gradient off by {diff}");
+            }
+        }
+        let plain = |t: &Tensor<5>| t.clone().inner();
+        let untracked = delta_chunk_recurrence(ChunkInputs {
+            u_tilde: plain(&inputs.u_tilde),
+            w: plain(&inputs.w),
+            q_decayed: plain(&inputs.q_decayed),
+            qk: plain(&inputs.qk),
+            k_to_end: plain(&inputs.k_to_end),
+            alpha: plain(&inputs.alpha),
+        });
+        assert_eq!(values(untracked), values(by_operations(inputs).inner()));
+    }
+}
