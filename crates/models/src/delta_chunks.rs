@@ -56,24 +56,44 @@ pub struct ChunkInputs<T> {
     pub alpha: T,
 }
 
+impl<T> ChunkInputs<T> {
+    /// The six in the fields' order.
+    fn from_array([u_tilde, w, q_decayed, qk, k_to_end, alpha]: [T; 6]) -> Self {
+        Self {
+            u_tilde,
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+        }
+    }
+
+    /// The six in the fields' order.
+    fn into_array(self) -> [T; 6] {
+        [
+            self.u_tilde,
+            self.w,
+            self.q_decayed,
+            self.qk,
+            self.k_to_end,
+            self.alpha,
+        ]
+    }
+
+    /// `f` of each of the six.
+    fn map<U>(self, f: impl FnMut(T) -> U) -> ChunkInputs<U> {
+        ChunkInputs::from_array(self.into_array().map(f))
+    }
+}
+
 /// The outputs `o` of every chunk (`[batch, chunks, heads, C, V]`) from the chunks' inputs,
 /// one differentiable operation (the module docs).
 pub fn delta_chunk_recurrence(inputs: ChunkInputs<Tensor<5>>) -> Tensor<5> {
-    let ChunkInputs {
-        u_tilde,
-        w,
-        q_decayed,
-        qk,
-        k_to_end,
-        alpha,
-    } = inputs;
+    let [u_tilde, w, q_decayed, qk, k_to_end, alpha] =
+        inputs.map(Tensor::into_dispatch).into_array();
     Tensor::from_dispatch(<Dispatch as DeltaChunkOps>::delta_chunk_recurrence(
-        u_tilde.into_dispatch(),
-        w.into_dispatch(),
-        q_decayed.into_dispatch(),
-        qk.into_dispatch(),
-        k_to_end.into_dispatch(),
-        alpha.into_dispatch(),
+        u_tilde, w, q_decayed, qk, k_to_end, alpha,
     ))
 }
 
@@ -192,14 +212,7 @@ fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> ChunkInputs<Fl
     let [.., value] = grad.shape().dims::<5>();
     let zeros = Shape::new([batch, heads, key, value]);
     let mut grad_state = B::float_zeros(zeros, &w.device(), w.dtype().into());
-    let mut grads: ChunkInputs<Vec<FloatTensor<B>>> = ChunkInputs {
-        u_tilde: Vec::new(),
-        w: Vec::new(),
-        q_decayed: Vec::new(),
-        qk: Vec::new(),
-        k_to_end: Vec::new(),
-        alpha: Vec::new(),
-    };
+    let mut grads = ChunkInputs::from_array(std::array::from_fn(|_| Vec::new()));
     for c in (0..states.len()).rev() {
         let (state, u) = (states[c].clone(), u[c].clone());
         let grad_out = chunk::<B>(&grad, c);
@@ -228,18 +241,10 @@ fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> ChunkInputs<Fl
         );
         grads.u_tilde.push(grad_u);
     }
-    let together = |mut reversed: Vec<FloatTensor<B>>| {
+    grads.map(|mut reversed| {
         reversed.reverse();
         unchunk::<B>(reversed)
-    };
-    ChunkInputs {
-        u_tilde: together(grads.u_tilde),
-        w: together(grads.w),
-        q_decayed: together(grads.q_decayed),
-        qk: together(grads.qk),
-        k_to_end: together(grads.k_to_end),
-        alpha: together(grads.alpha),
-    }
+    })
 }
 
 /// The passage from chunk to chunk as a backend operation. Each backend's forward pass is the
@@ -256,15 +261,8 @@ pub trait DeltaChunkOps: Backend {
         k_to_end: FloatTensor<Self>,
         alpha: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let inputs = ChunkInputs {
-            u_tilde,
-            w,
-            q_decayed,
-            qk,
-            k_to_end,
-            alpha,
-        };
-        forward::<Self>(inputs).0
+        let inputs = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
+        forward::<Self>(ChunkInputs::from_array(inputs)).0
     }
 }
 
@@ -285,15 +283,7 @@ impl<B: Backend> Backward<B, 6> for ChunkBackward {
         if ops.parents.iter().all(Option::is_none) {
             return;
         }
-        let ChunkInputs {
-            u_tilde,
-            w,
-            q_decayed,
-            qk,
-            k_to_end,
-            alpha,
-        } = backward::<B>(ops.state, grad);
-        let computed = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
+        let computed = backward::<B>(ops.state, grad).into_array();
         for (parent, grad) in ops.parents.into_iter().zip(computed) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
@@ -311,15 +301,9 @@ impl<B: Backend + DeltaChunkOps, C: CheckpointStrategy> DeltaChunkOps for Autodi
         k_to_end: FloatTensor<Self>,
         alpha: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let nodes = [&u_tilde, &w, &q_decayed, &qk, &k_to_end, &alpha].map(|t| t.node());
-        let inputs = ChunkInputs {
-            u_tilde: u_tilde.into_primitive(),
-            w: w.into_primitive(),
-            q_decayed: q_decayed.into_primitive(),
-            qk: qk.into_primitive(),
-            k_to_end: k_to_end.into_primitive(),
-            alpha: alpha.into_primitive(),
-        };
+        let tracked = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
+        let nodes = tracked.each_ref().map(|t| t.node());
+        let inputs = ChunkInputs::from_array(tracked.map(|t| t.into_primitive()));
         match ChunkBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (out, saved) = forward::<B>(inputs);
@@ -389,27 +373,12 @@ mod tests {
         let some = [false, true, false, true, true, false];
         for tracked in [all, some] {
             let run = |f: &dyn Fn(ChunkInputs<Tensor<5>>) -> Tensor<5>| {
-                let list = [
-                    &inputs.u_tilde,
-                    &inputs.w,
-                    &inputs.q_decayed,
-                    &inputs.qk,
-                    &inputs.k_to_end,
-                    &inputs.alpha,
-                ];
-                let [u_tilde, w, q_decayed, qk, k_to_end, alpha] = std::array::from_fn(|i| {
+                let list = inputs.clone().into_array();
+                let leaves: [Tensor<5>; 6] = std::array::from_fn(|i| {
                     let t = list[i].clone().detach();
                     if tracked[i] { t.require_grad() } else { t }
                 });
-                let leaves = [&u_tilde, &w, &q_decayed, &qk, &k_to_end, &alpha].map(Clone::clone);
-                let out = f(ChunkInputs {
-                    u_tilde,
-                    w,
-                    q_decayed,
-                    qk,
-                    k_to_end,
-                    alpha,
-                });
+                let out = f(ChunkInputs::from_array(leaves.clone()));
                 let grads = (out.clone() * weights.clone()).sum().backward();
                 let grads = leaves.map(|leaf| leaf.grad(&grads).map(values));
                 (values(out.inner()), grads)
@@ -430,15 +399,7 @@ mod tests {
                 assert!(diff < 1e-4, "input {i}: gradient off by {diff}");
             }
         }
-        let plain = |t: &Tensor<5>| t.clone().inner();
-        let untracked = delta_chunk_recurrence(ChunkInputs {
-            u_tilde: plain(&inputs.u_tilde),
-            w: plain(&inputs.w),
-            q_decayed: plain(&inputs.q_decayed),
-            qk: plain(&inputs.qk),
-            k_to_end: plain(&inputs.k_to_end),
-            alpha: plain(&inputs.alpha),
-        });
+        let untracked = delta_chunk_recurrence(inputs.clone().map(Tensor::inner));
         assert_eq!(values(untracked), values(by_operations(inputs).inner()));
     }
 }
