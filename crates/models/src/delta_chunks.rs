@@ -81,6 +81,18 @@ impl<T> ChunkInputs<T> {
         ]
     }
 
+    /// The six by reference.
+    fn each_ref(&self) -> ChunkInputs<&T> {
+        ChunkInputs::from_array([
+            &self.u_tilde,
+            &self.w,
+            &self.q_decayed,
+            &self.qk,
+            &self.k_to_end,
+            &self.alpha,
+        ])
+    }
+
     /// `f` of each of the six.
     fn map<U>(self, f: impl FnMut(T) -> U) -> ChunkInputs<U> {
         ChunkInputs::from_array(self.into_array().map(f))
@@ -88,8 +100,13 @@ impl<T> ChunkInputs<T> {
 }
 
 /// The outputs `o` of every chunk (`[batch, chunks, heads, C, V]`) from the chunks' inputs,
-/// one differentiable operation (the module docs).
+/// one differentiable operation (the module docs). No chunks give no outputs.
 pub fn delta_chunk_recurrence(inputs: ChunkInputs<Tensor<5>>) -> Tensor<5> {
+    let [batch, n_chunks, heads, rows, _] = inputs.qk.dims();
+    if n_chunks == 0 {
+        let [.., value] = inputs.u_tilde.dims();
+        return Tensor::zeros([batch, 0, heads, rows, value], &inputs.qk.device());
+    }
     let [u_tilde, w, q_decayed, qk, k_to_end, alpha] =
         inputs.map(Tensor::into_dispatch).into_array();
     Tensor::from_dispatch(<Dispatch as DeltaChunkOps>::delta_chunk_recurrence(
@@ -136,89 +153,73 @@ fn matmul_t<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> 
     B::float_matmul(a, B::float_transpose(b))
 }
 
-/// What the forward pass leaves for the backward pass: the inputs it reads again (all but `Ũ`),
-/// and each chunk's start state `S_c` and `u_c` (`[batch, heads, ·, ·]`, in chunk order).
+/// What the forward pass leaves of one chunk for the backward pass (all `[batch, heads, ·, ·]`):
+/// the chunk's inputs it reads again (all but `Ũ`), as the forward pass cut them out, its start
+/// state `S_c` and `u_c`.
 #[derive(Debug, Clone)]
-struct Saved<B: Backend> {
+struct Step<B: Backend> {
     w: FloatTensor<B>,
     q_decayed: FloatTensor<B>,
     qk: FloatTensor<B>,
     k_to_end: FloatTensor<B>,
     alpha: FloatTensor<B>,
-    states: Vec<FloatTensor<B>>,
-    u: Vec<FloatTensor<B>>,
+    state: FloatTensor<B>,
+    u: FloatTensor<B>,
 }
 
-/// The loop of the module docs, in the operations (and their order) of the loop it replaced.
-fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, Saved<B>) {
+/// The loop of the module docs, in the operations (and their order) of the loop it replaced;
+/// each chunk's [`Step`] in chunk order.
+fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, Vec<Step<B>>) {
     let [batch, n_chunks, heads, _, key] = inputs.w.shape().dims();
     let [.., value] = inputs.u_tilde.shape().dims::<5>();
-    let device = inputs.w.device();
-    let dtype = inputs.w.dtype();
-    let mut state = B::float_zeros(
-        Shape::new([batch, heads, key, value]),
-        &device,
-        dtype.into(),
-    );
-    let (mut states, mut us, mut outputs) = (Vec::new(), Vec::new(), Vec::new());
+    let zeros = Shape::new([batch, heads, key, value]);
+    let mut state = B::float_zeros(zeros, &inputs.w.device(), inputs.w.dtype().into());
+    let (mut steps, mut outputs) = (Vec::new(), Vec::new());
     for c in 0..n_chunks {
-        let u = B::float_sub(
-            chunk::<B>(&inputs.u_tilde, c),
-            B::float_matmul(chunk::<B>(&inputs.w, c), state.clone()),
-        );
+        let [u_tilde, w, q_decayed, qk, k_to_end, alpha] =
+            inputs.each_ref().map(|t| chunk::<B>(t, c)).into_array();
+        let u = B::float_sub(u_tilde, B::float_matmul(w.clone(), state.clone()));
         outputs.push(B::float_add(
-            B::float_matmul(chunk::<B>(&inputs.q_decayed, c), state.clone()),
-            B::float_matmul(chunk::<B>(&inputs.qk, c), u.clone()),
+            B::float_matmul(q_decayed.clone(), state.clone()),
+            B::float_matmul(qk.clone(), u.clone()),
         ));
-        states.push(state.clone());
-        state = B::float_add(
-            B::float_mul(state, chunk::<B>(&inputs.alpha, c)),
-            t_matmul::<B>(chunk::<B>(&inputs.k_to_end, c), u.clone()),
+        let next = B::float_add(
+            B::float_mul(state.clone(), alpha.clone()),
+            t_matmul::<B>(k_to_end.clone(), u.clone()),
         );
-        us.push(u);
+        steps.push(Step {
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+            state,
+            u,
+        });
+        state = next;
     }
-    let ChunkInputs {
-        w,
-        q_decayed,
-        qk,
-        k_to_end,
-        alpha,
-        ..
-    } = inputs;
-    let saved = Saved {
-        w,
-        q_decayed,
-        qk,
-        k_to_end,
-        alpha,
-        states,
-        u: us,
-    };
-    (unchunk::<B>(outputs), saved)
+    (unchunk::<B>(outputs), steps)
 }
 
 /// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`.
-fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> ChunkInputs<FloatTensor<B>> {
-    let Saved {
-        w,
-        q_decayed,
-        qk,
-        k_to_end,
-        alpha,
-        states,
-        u,
-    } = saved;
-    let [batch, _, heads, _, key] = w.shape().dims();
-    let [.., value] = grad.shape().dims::<5>();
-    let zeros = Shape::new([batch, heads, key, value]);
-    let mut grad_state = B::float_zeros(zeros, &w.device(), w.dtype().into());
+fn backward<B: Backend>(steps: Vec<Step<B>>, grad: FloatTensor<B>) -> ChunkInputs<FloatTensor<B>> {
+    let mut grad_state =
+        B::float_zeros(steps[0].state.shape(), &grad.device(), grad.dtype().into());
     let mut grads = ChunkInputs::from_array(std::array::from_fn(|_| Vec::new()));
-    for c in (0..states.len()).rev() {
-        let (state, u) = (states[c].clone(), u[c].clone());
+    for (c, step) in steps.into_iter().enumerate().rev() {
+        let Step {
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+            state,
+            u,
+        } = step;
         let grad_out = chunk::<B>(&grad, c);
         let grad_u = B::float_add(
-            t_matmul::<B>(chunk::<B>(&qk, c), grad_out.clone()),
-            B::float_matmul(chunk::<B>(&k_to_end, c), grad_state.clone()),
+            t_matmul::<B>(qk, grad_out.clone()),
+            B::float_matmul(k_to_end, grad_state.clone()),
         );
         grads.qk.push(matmul_t::<B>(grad_out.clone(), u.clone()));
         grads
@@ -234,10 +235,10 @@ fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> ChunkInputs<Fl
             .push(B::float_neg(matmul_t::<B>(grad_u.clone(), state)));
         grad_state = B::float_sub(
             B::float_add(
-                B::float_mul(grad_state, chunk::<B>(&alpha, c)),
-                t_matmul::<B>(chunk::<B>(&q_decayed, c), grad_out),
+                B::float_mul(grad_state, alpha),
+                t_matmul::<B>(q_decayed, grad_out),
             ),
-            t_matmul::<B>(chunk::<B>(&w, c), grad_u.clone()),
+            t_matmul::<B>(w, grad_u.clone()),
         );
         grads.u_tilde.push(grad_u);
     }
@@ -276,7 +277,7 @@ impl DeltaChunkOps for burn::backend::Cube {}
 struct ChunkBackward;
 
 impl<B: Backend> Backward<B, 6> for ChunkBackward {
-    type State = Saved<B>;
+    type State = Vec<Step<B>>;
 
     fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
@@ -401,5 +402,21 @@ mod tests {
         }
         let untracked = delta_chunk_recurrence(inputs.clone().map(Tensor::inner));
         assert_eq!(values(untracked), values(by_operations(inputs).inner()));
+    }
+
+    /// No chunks (a sequence of no steps) give no outputs, not a panic.
+    #[test]
+    fn no_chunks_give_no_outputs() {
+        let device = Device::flex().autodiff();
+        let empty = |cols: usize| Tensor::<5>::zeros([2, 0, 3, 4, cols], &device);
+        let inputs = ChunkInputs {
+            u_tilde: empty(6),
+            w: empty(5),
+            q_decayed: empty(5),
+            qk: empty(4),
+            k_to_end: empty(5),
+            alpha: Tensor::zeros([2, 0, 3, 1, 1], &device),
+        };
+        assert_eq!(delta_chunk_recurrence(inputs).dims(), [2, 0, 3, 4, 6]);
     }
 }
