@@ -35,11 +35,13 @@ struct Data {
 
 /// Parses, splits (15 % validation, so that validation has enough games) and tokenizes the
 /// sample once per test binary; the training set is cut into shards of 100 games so that the
-/// per-epoch shard order matters.
+/// per-epoch shard order matters. The folder is in Cargo's scratch folder for integration tests
+/// (under `target/`), since a static is never dropped to remove it.
 fn data() -> &'static Data {
     static DATA: OnceLock<Data> = OnceLock::new();
     DATA.get_or_init(|| {
-        let root = std::env::temp_dir().join(format!("cwm-train-it-{}", std::process::id()));
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cwm-train-it-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let pgn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/lichess_db_1000k.pgn.zst");
         let report = process_pgn(&ProcessOptions {
