@@ -183,10 +183,13 @@ fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, 
             B::float_matmul(q_decayed.clone(), state.clone()),
             B::float_matmul(qk.clone(), u.clone()),
         ));
-        let next = B::float_add(
-            B::float_mul(state.clone(), alpha.clone()),
-            t_matmul::<B>(k_to_end.clone(), u.clone()),
-        );
+        // The state after the last chunk is read by nothing.
+        let next = (c + 1 < n_chunks).then(|| {
+            B::float_add(
+                B::float_mul(state.clone(), alpha.clone()),
+                t_matmul::<B>(k_to_end.clone(), u.clone()),
+            )
+        });
         steps.push(Step {
             w,
             q_decayed,
@@ -196,15 +199,21 @@ fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, 
             state,
             u,
         });
+        let Some(next) = next else { break };
         state = next;
     }
     (unchunk::<B>(outputs), steps)
 }
 
-/// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`.
+/// A zero tensor of `t`'s shape, device and type.
+fn zeros_like<B: Backend>(t: &FloatTensor<B>) -> FloatTensor<B> {
+    B::float_zeros(t.shape(), &t.device(), t.dtype().into())
+}
+
+/// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`. After the
+/// last chunk `dS` is 0, so that chunk's terms in it are left out rather than multiplied.
 fn backward<B: Backend>(steps: Vec<Step<B>>, grad: FloatTensor<B>) -> ChunkInputs<FloatTensor<B>> {
-    let mut grad_state =
-        B::float_zeros(steps[0].state.shape(), &grad.device(), grad.dtype().into());
+    let mut grad_next: Option<FloatTensor<B>> = None; // dS_{c+1}
     let mut grads = ChunkInputs::from_array(std::array::from_fn(|_| Vec::new()));
     for (c, step) in steps.into_iter().enumerate().rev() {
         let Step {
@@ -217,29 +226,39 @@ fn backward<B: Backend>(steps: Vec<Step<B>>, grad: FloatTensor<B>) -> ChunkInput
             u,
         } = step;
         let grad_out = chunk::<B>(&grad, c);
-        let grad_u = B::float_add(
-            t_matmul::<B>(qk, grad_out.clone()),
-            B::float_matmul(k_to_end, grad_state.clone()),
-        );
-        grads.qk.push(matmul_t::<B>(grad_out.clone(), u.clone()));
+        let through_scores = t_matmul::<B>(qk, grad_out.clone());
+        let (grad_u, grad_k_to_end, grad_alpha, carried) = match grad_next {
+            Some(next) => {
+                let decay_grad = B::float_mul(next.clone(), state.clone());
+                (
+                    B::float_add(through_scores, B::float_matmul(k_to_end, next.clone())),
+                    matmul_t::<B>(u.clone(), next.clone()),
+                    B::float_sum_dim(B::float_sum_dim(decay_grad, 3), 2),
+                    Some(B::float_mul(next, alpha)),
+                )
+            }
+            None => (
+                through_scores,
+                zeros_like::<B>(&k_to_end),
+                zeros_like::<B>(&alpha),
+                None,
+            ),
+        };
+        grads.qk.push(matmul_t::<B>(grad_out.clone(), u));
         grads
             .q_decayed
             .push(matmul_t::<B>(grad_out.clone(), state.clone()));
-        grads.k_to_end.push(matmul_t::<B>(u, grad_state.clone()));
-        let decay_grad = B::float_mul(grad_state.clone(), state.clone());
-        grads
-            .alpha
-            .push(B::float_sum_dim(B::float_sum_dim(decay_grad, 3), 2));
+        grads.k_to_end.push(grad_k_to_end);
+        grads.alpha.push(grad_alpha);
         grads
             .w
             .push(B::float_neg(matmul_t::<B>(grad_u.clone(), state)));
-        grad_state = B::float_sub(
-            B::float_add(
-                B::float_mul(grad_state, alpha),
-                t_matmul::<B>(q_decayed, grad_out),
-            ),
-            t_matmul::<B>(w, grad_u.clone()),
-        );
+        let from_output = t_matmul::<B>(q_decayed, grad_out);
+        let reached = match carried {
+            Some(carried) => B::float_add(carried, from_output),
+            None => from_output,
+        };
+        grad_next = Some(B::float_sub(reached, t_matmul::<B>(w, grad_u.clone())));
         grads.u_tilde.push(grad_u);
     }
     grads.map(|mut reversed| {
