@@ -193,5 +193,13 @@ mod tests {
         }
         assert_eq!((logit, label), (HEAD_OUT, N_LABELS));
         assert_eq!(label_classes().iter().sum::<usize>(), HEAD_OUT);
+        // The loss cuts the head's columns by the views' widths from the first column.
+        let views = class_view_specs();
+        let mut logit = 0;
+        for view in &views {
+            assert_eq!(view.logit_offset, logit, "{}", view.name);
+            logit += view.n_logits();
+        }
+        assert_eq!((views.len(), logit), (5, HEAD_OUT));
     }
 }

@@ -59,6 +59,7 @@ mod recurrent;
 mod rng;
 mod rope;
 mod slice;
+mod split;
 mod transformer;
 
 // Exported: what other crates, tests, benches and examples use, and what the signatures and

@@ -83,24 +83,23 @@ fn check_head(
     Ok(())
 }
 
-/// The head's logits of each [`class_view_specs`] group, each from its own columns of the
-/// weight and bias, in `precision`: `[batch, seq, n_labels, n_classes]`.
+/// The head's logits of each [`class_view_specs`] group (they tile the head's columns from the
+/// first), each from its own columns of the weight and bias, in `precision`: `[batch, seq,
+/// n_labels, n_classes]`.
 fn head_views(
     precision: Precision,
     features: Tensor<3>,
     head: &Linear,
 ) -> Vec<(LabelGroup, Tensor<4>)> {
     let [batch, seq, _] = features.dims();
-    class_view_specs()
+    let views = class_view_specs();
+    let widths: Vec<usize> = views.iter().map(LabelGroup::n_logits).collect();
+    let logits = mixed::column_groups(precision, features, head, &widths);
+    views
         .into_iter()
-        .map(|view| {
-            let (start, len) = (view.logit_offset, view.n_logits());
-            let logits = mixed::columns(precision, features.clone(), head, start, len).reshape([
-                batch,
-                seq,
-                view.n_labels,
-                view.n_classes,
-            ]);
+        .zip(logits)
+        .map(|(view, logits)| {
+            let logits = logits.reshape([batch, seq, view.n_labels, view.n_classes]);
             (view, logits)
         })
         .collect()

@@ -40,6 +40,7 @@ use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init, scalar_decay_scan};
+use crate::split::split_last;
 
 /// Epsilon of every RMSNorm in the family.
 pub const NORM_EPS: f64 = 1e-5;
@@ -352,21 +353,14 @@ impl Mamba2Mixer {
         let (h, p, n) = (self.n_heads, HEAD_DIM, D_STATE);
         let d_inner = h * p;
         let zxbcdt = mixed::linear(self.precision, &self.in_proj, x);
-        let z = zxbcdt.clone().narrow(2, 0, d_inner);
-        let xbc = zxbcdt.clone().narrow(2, d_inner, d_inner + 2 * n);
-        let dt = zxbcdt.narrow(2, 2 * d_inner + 2 * n, h);
-        let xbc = silu(self.conv1d.forward(xbc));
-        let xs: Tensor<4> = xbc
-            .clone()
-            .narrow(2, 0, d_inner)
-            .reshape([batch, seq, h, p]);
-        let shared = |offset: usize| -> Tensor<5> {
-            xbc.clone()
-                .narrow(2, offset, n)
-                .reshape([batch, seq, 1, 1, n])
+        let [z, xbc, dt] = split_last(zxbcdt, &[d_inner, d_inner + 2 * n, h]);
+        let [xs, b, c] = split_last(silu(self.conv1d.forward(xbc)), &[d_inner, n, n]);
+        let xs: Tensor<4> = xs.reshape([batch, seq, h, p]);
+        let shared = |t: Tensor<3>| -> Tensor<5> {
+            t.reshape([batch, seq, 1, 1, n])
                 .expand([batch, seq, h, 1, n])
         };
-        let (b, c) = (shared(d_inner), shared(d_inner + n));
+        let (b, c) = (shared(b), shared(c));
         let dt = softplus(dt + self.dt_bias.val().reshape([1, 1, h]), 1.0); // [batch, seq, h]
         let a = self.a_log.val().exp().neg().reshape([1, 1, h]);
         let log_decay = dt.clone() * a;
@@ -454,20 +448,8 @@ impl Mamba3Mixer {
         let (h, p, n, r) = (self.n_heads, HEAD_DIM, D_STATE, self.rank);
         let d_inner = h * p;
         let u = mixed::linear(self.precision, &self.in_proj, x);
-        let mut offset = 0;
-        let mut take = |width: usize| {
-            let part = u.clone().narrow(2, offset, width);
-            offset += width;
-            part
-        };
-        let z = take(d_inner);
-        let xs = take(d_inner);
-        let b = take(n * r);
-        let c = take(n * r);
-        let dd_dt = take(h);
-        let dd_a = take(h);
-        let trap = take(h);
-        let angle = take(N_ANGLES);
+        let widths = [d_inner, d_inner, n * r, n * r, h, h, h, N_ANGLES];
+        let [z, xs, b, c, dd_dt, dd_a, trap, angle] = split_last(u, &widths);
 
         let dt = softplus(dd_dt + self.dt_bias.val().reshape([1, 1, h]), 1.0); // [batch, seq, h]
         let a = softplus(dd_a, 1.0).neg().clamp_max(A_MAX);

@@ -14,6 +14,7 @@ use burn::tensor::FloatDType;
 
 use crate::config::Precision;
 use crate::head::LABEL_GROUPS;
+use crate::split::split;
 
 /// `linear.forward(x)` in `precision`: for [`Precision::Bf16`] the input, weight and bias are
 /// rounded to bf16, multiplied with f32 accumulation, and the output is rounded to bf16 and
@@ -28,21 +29,30 @@ pub fn linear<const D: usize>(precision: Precision, linear: &Linear, x: Tensor<D
     product(precision, x, linear.weight.val(), bias)
 }
 
-/// The `len` output columns of `linear` from `start` (the head's label groups), in
-/// `precision` as [`linear`].
+/// `linear`'s output cut into groups of columns side by side from the first (the head's label
+/// groups, the halves of a packed projection), each group a product with its columns of the
+/// weight, in `precision` as [`linear`]. The weight and the bias are cut once
+/// ([`crate::split::split`]), so their gradients are assembled once, not each group's in a
+/// tensor of the whole weight's shape.
 ///
 /// # Shapes
-/// - `x`: `[.., d_in]`; output: `[.., len]`
-pub fn columns<const D: usize>(
+/// - `x`: `[.., d_in]`; output: `[.., widths[i]]` for each group
+pub fn column_groups<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
     linear: &Linear,
-    start: usize,
-    len: usize,
-) -> Tensor<D> {
-    let weight = linear.weight.val().narrow(1, start, len);
-    let bias = linear.bias.as_ref().map(|b| b.val().narrow(0, start, len));
-    product(precision, x, weight, bias)
+    widths: &[usize],
+) -> Vec<Tensor<D>> {
+    let weights = split(linear.weight.val(), 1, widths);
+    let biases = match &linear.bias {
+        Some(b) => split(b.val(), 0, widths).into_iter().map(Some).collect(),
+        None => vec![None; widths.len()],
+    };
+    weights
+        .into_iter()
+        .zip(biases)
+        .map(|(weight, bias)| product(precision, x.clone(), weight, bias))
+        .collect()
 }
 
 /// `x · weight + bias` in `precision` (see [`linear`]).

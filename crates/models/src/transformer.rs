@@ -239,8 +239,9 @@ impl SwiGlu {
             // gradient is one more large allocation (docs/perf.md).
             let [_, width] = self.in_proj.weight.dims();
             let half = width / 2;
-            let gate = mixed::columns(Precision::F32, x.clone(), &self.in_proj, 0, half);
-            let value = mixed::columns(Precision::F32, x, &self.in_proj, half, half);
+            let halves = mixed::column_groups(Precision::F32, x, &self.in_proj, &[half, half]);
+            let [gate, value] = <[Tensor<3>; 2]>::try_from(halves)
+                .unwrap_or_else(|_| unreachable!("one group per width"));
             return self.out_proj.forward(silu(gate) * value);
         }
         let packed = self.in_proj.forward(x); // [batch, seq, 8d]
