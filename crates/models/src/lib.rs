@@ -31,6 +31,7 @@
 mod adamw_update;
 mod attention;
 mod attention_kernel;
+mod causal_conv;
 pub mod checkpoint;
 mod config;
 mod delta_chunks;

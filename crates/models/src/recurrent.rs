@@ -17,11 +17,13 @@ use burn::nn::Initializer;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 
+use crate::causal_conv::causal_conv;
 use crate::config::Scan;
 
 /// Depthwise causal 1-d convolution over the channels of `[batch, seq, channels]` with zero
 /// left-padding: `out_t[c] = Σ_i w[c, 0, i] · x_{t−K+1+i}[c] (+ bias[c])`, so the last tap
-/// multiplies the current step. The weight has PyTorch's `Conv1d(C, C, K, groups = C)` shape.
+/// multiplies the current step. The weight has PyTorch's `Conv1d(C, C, K, groups = C)` shape,
+/// and at least one tap. One autodiff node ([`causal_conv`]).
 #[derive(Module, Debug)]
 pub struct CausalConv1d {
     /// `weight`: `[channels, 1, kernel]`.
@@ -49,23 +51,8 @@ impl CausalConv1d {
     /// - `x`: `[batch, seq, channels]`
     /// - output: `[batch, seq, channels]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [batch, seq, channels] = x.dims();
-        let [_, _, kernel] = self.weight.dims();
-        let device = x.device();
-        let padded = if kernel > 1 {
-            Tensor::cat(
-                vec![Tensor::zeros([batch, kernel - 1, channels], &device), x],
-                1,
-            )
-        } else {
-            x
-        }; // [batch, seq + kernel − 1, channels]
-        let weight = self.weight.val();
-        let mut out = Tensor::zeros([batch, seq, channels], &device);
-        for tap in 0..kernel {
-            let w: Tensor<3> = weight.clone().narrow(2, tap, 1).reshape([1, 1, channels]);
-            out = out + padded.clone().narrow(1, tap, seq) * w;
-        }
+        let [_, _, channels] = x.dims();
+        let out = causal_conv(x, self.weight.val());
         match &self.bias {
             Some(bias) => out + bias.val().reshape([1, 1, channels]),
             None => out,
