@@ -27,6 +27,7 @@ use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
 use crate::hidden::Tap;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
+use crate::split::split_array;
 
 /// Epsilon of every RMSNorm in the family (`norm_eps`).
 pub const NORM_EPS: f64 = 1e-6;
@@ -478,9 +479,9 @@ pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor
         k_to_end,
         alpha: last.exp().reshape([batch, n_chunks, h, 1, 1]),
     }); // [b, nc, h, C, V]
-    o.swap_dims(2, 3)
-        .reshape([batch, padded, h, value_dim])
-        .narrow(1, 0, seq)
+    let o = o.swap_dims(2, 3).reshape([batch, padded, h, value_dim]);
+    let [o] = split_array(o, 1, &[seq]); // the steps before the padding
+    o
 }
 
 #[cfg(test)]

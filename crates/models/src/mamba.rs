@@ -40,7 +40,7 @@ use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init, scalar_decay_scan};
-use crate::split::split_last;
+use crate::split::split_array;
 
 /// Epsilon of every RMSNorm in the family.
 pub const NORM_EPS: f64 = 1e-5;
@@ -353,8 +353,8 @@ impl Mamba2Mixer {
         let (h, p, n) = (self.n_heads, HEAD_DIM, D_STATE);
         let d_inner = h * p;
         let zxbcdt = mixed::linear(self.precision, &self.in_proj, x);
-        let [z, xbc, dt] = split_last(zxbcdt, &[d_inner, d_inner + 2 * n, h]);
-        let [xs, b, c] = split_last(silu(self.conv1d.forward(xbc)), &[d_inner, n, n]);
+        let [z, xbc, dt] = split_array(zxbcdt, 2, &[d_inner, d_inner + 2 * n, h]);
+        let [xs, b, c] = split_array(silu(self.conv1d.forward(xbc)), 2, &[d_inner, n, n]);
         let xs: Tensor<4> = xs.reshape([batch, seq, h, p]);
         let shared = |t: Tensor<3>| -> Tensor<5> {
             t.reshape([batch, seq, 1, 1, n])
@@ -449,7 +449,7 @@ impl Mamba3Mixer {
         let d_inner = h * p;
         let u = mixed::linear(self.precision, &self.in_proj, x);
         let widths = [d_inner, d_inner, n * r, n * r, h, h, h, N_ANGLES];
-        let [z, xs, b, c, dd_dt, dd_a, trap, angle] = split_last(u, &widths);
+        let [z, xs, b, c, dd_dt, dd_a, trap, angle] = split_array(u, 2, &widths);
 
         let dt = softplus(dd_dt + self.dt_bias.val().reshape([1, 1, h]), 1.0); // [batch, seq, h]
         let a = softplus(dd_a, 1.0).neg().clamp_max(A_MAX);
@@ -535,13 +535,8 @@ pub fn mamba3_recurrence(inputs: &Mamba3Inputs, scan: Scan, chunk_size: usize) -
         if s == 0 {
             return t.clone();
         }
-        Tensor::cat(
-            vec![
-                Tensor::zeros([b, 1, hh, m, w], &device),
-                t.clone().narrow(1, 0, s - 1),
-            ],
-            1,
-        )
+        let [head] = split_array(t.clone(), 1, &[s - 1]);
+        Tensor::cat(vec![Tensor::zeros([b, 1, hh, m, w], &device), head], 1)
     };
     let current_weight = (inputs.lambda.clone() * inputs.dt.clone()).reshape([batch, seq, h, 1, 1]);
     let previous_weight =
@@ -583,13 +578,11 @@ pub enum Pairing {
 pub fn rotate(x: Tensor<5>, theta: Tensor<4>, pairing: Pairing) -> Tensor<5> {
     let [batch, seq, h, r, n] = x.dims();
     let [_, _, _, s] = theta.dims();
-    let rotated = x.clone().narrow(4, 0, 2 * s);
-    let rest = x.narrow(4, 2 * s, n - 2 * s);
+    let [rotated, rest] = split_array(x, 4, &[2 * s, n - 2 * s]);
     let rotated = match pairing {
         Pairing::Adjacent => {
             let pairs: Tensor<6> = rotated.reshape([batch, seq, h, r, s, 2]);
-            let a = pairs.clone().narrow(5, 0, 1);
-            let b = pairs.narrow(5, 1, 1);
+            let [a, b] = split_array(pairs, 5, &[1, 1]);
             let cos: Tensor<6> = theta.clone().cos().reshape([batch, seq, h, 1, s, 1]);
             let sin: Tensor<6> = theta.sin().reshape([batch, seq, h, 1, s, 1]);
             let new_a = a.clone() * cos.clone() - b.clone() * sin.clone();
@@ -597,8 +590,7 @@ pub fn rotate(x: Tensor<5>, theta: Tensor<4>, pairing: Pairing) -> Tensor<5> {
             Tensor::cat(vec![new_a, new_b], 5).reshape([batch, seq, h, r, 2 * s])
         }
         Pairing::Halves => {
-            let a = rotated.clone().narrow(4, 0, s);
-            let b = rotated.narrow(4, s, s);
+            let [a, b] = split_array(rotated, 4, &[s, s]);
             let cos: Tensor<5> = theta.clone().cos().reshape([batch, seq, h, 1, s]);
             let sin: Tensor<5> = theta.sin().reshape([batch, seq, h, 1, s]);
             let new_a = a.clone() * cos.clone() - b.clone() * sin.clone();

@@ -19,6 +19,7 @@ use burn::tensor::Distribution;
 
 use crate::causal_conv::causal_conv;
 use crate::config::Scan;
+use crate::split::split_array;
 
 /// Depthwise causal 1-d convolution over the channels of `[batch, seq, channels]` with zero
 /// left-padding: `out_t[c] = Σ_i w[c, 0, i] · x_{t−K+1+i}[c] (+ bias[c])`, so the last tap
@@ -248,9 +249,10 @@ pub fn scalar_decay_chunked(
         .expand([batch, n_chunks, heads, chunk, n_queries])
         .reshape([batch, n_chunks, heads, chunk * n_queries, 1]);
     let inter = q.matmul(starts.swap_dims(3, 4)) * from_start; // [b, nc, h, chunk·R, P]
-    (intra + inter)
+    let y = (intra + inter)
         .reshape([batch, n_chunks, heads, chunk, n_queries * p])
         .swap_dims(2, 3)
-        .reshape([batch, padded, heads, n_queries, p])
-        .narrow(1, 0, seq)
+        .reshape([batch, padded, heads, n_queries, p]);
+    let [y] = split_array(y, 1, &[seq]); // the steps before the padding
+    y
 }

@@ -18,6 +18,7 @@ use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
 use crate::model::StateModel;
+use crate::split::{split_array, windows_array};
 
 /// Epsilon of the layers' RMSNorms.
 pub const NORM_EPS: f64 = 1e-6;
@@ -184,13 +185,8 @@ impl SliceCell {
         }
         let device = x.device();
         // Driving path "values": ΔX_t = X_t − X_{t−1}, X_0 = 0.
-        let previous = Tensor::cat(
-            vec![
-                Tensor::zeros([batch, 1, d], &device),
-                x.clone().narrow(1, 0, seq - 1),
-            ],
-            1,
-        );
+        let [head] = split_array(x.clone(), 1, &[seq - 1]);
+        let previous = Tensor::cat(vec![Tensor::zeros([batch, 1, d], &device), head], 1);
         let delta = x - previous;
         let u = Tensor::cat(vec![Tensor::ones([batch, seq, 1], &device), delta], 2) * self.scale; // [batch, seq, d+1]
         let a = self.vf_a.forward(u.clone()); // [batch, seq, d·b]
@@ -313,7 +309,9 @@ impl Chunks {
 
 /// Inclusive Hillis–Steele scan along dimension 1 (the steps of a chunk) of the affine maps
 /// `(pm, pc)`: afterwards step `t` holds the composition of steps `0..=t`. `mul` applies a
-/// transition to a transition or to an offset.
+/// transition to a transition or to an offset. Each level's three windows of the prefixes are
+/// one [`windows_array`] each, whose gradient is assembled once, not three zero tensors of the
+/// prefixes' whole size added.
 fn prefix_scan<const D: usize>(
     mut pm: Tensor<D>,
     mut pc: Tensor<D>,
@@ -322,15 +320,13 @@ fn prefix_scan<const D: usize>(
     let chunk = pm.dims()[1];
     let mut offset = 1;
     while offset < chunk {
-        let keep = chunk - offset;
-        let m_left = pm.clone().narrow(1, 0, keep);
-        let c_left = pc.clone().narrow(1, 0, keep);
-        let m_right = pm.clone().narrow(1, offset, keep);
-        let c_right = pc.clone().narrow(1, offset, keep);
+        let ranges = [0..chunk - offset, offset..chunk, 0..offset]; // left, right, head
+        let [m_left, m_right, m_head] = windows_array(pm, 1, &ranges);
+        let [c_left, c_right, c_head] = windows_array(pc, 1, &ranges);
         let new_c = mul(m_right.clone(), c_left) + c_right;
         let new_m = mul(m_right, m_left);
-        pm = Tensor::cat(vec![pm.narrow(1, 0, offset), new_m], 1);
-        pc = Tensor::cat(vec![pc.narrow(1, 0, offset), new_c], 1);
+        pm = Tensor::cat(vec![m_head, new_m], 1);
+        pc = Tensor::cat(vec![c_head, new_c], 1);
         offset *= 2;
     }
     (pm, pc)
@@ -375,7 +371,8 @@ fn chunked_diagonal(m: Tensor<3>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -
     }
     let starts: Tensor<4> = Tensor::stack::<3>(starts, 1).reshape([batch, n_chunks, 1, d]);
     let out = pm * starts + pc; // [batch, n_chunks, chunk, d]
-    out.reshape([batch, chunks.padded(), d]).narrow(1, 0, seq)
+    let [out] = split_array(out.reshape([batch, chunks.padded(), d]), 1, &[seq]);
+    out
 }
 
 /// [`chunked`] with block-diagonal transitions `m`: `[batch, seq, d/b, b, b]`; `c`:
@@ -426,5 +423,6 @@ fn chunked_block(m: Tensor<5>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> T
         .expand([batch, n_chunks, chunk, n_blocks * b, 1])
         .reshape([batch, chunks.padded(), n_blocks, b, 1]);
     let out = pm.matmul(starts) + pc; // [batch, padded, n_blocks, b, 1]
-    out.reshape([batch, chunks.padded(), d]).narrow(1, 0, seq)
+    let [out] = split_array(out.reshape([batch, chunks.padded(), d]), 1, &[seq]);
+    out
 }

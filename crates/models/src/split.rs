@@ -8,6 +8,13 @@
 //! batch 128 × 256, `[32768, 2152]` floats, 282 MB), a Mamba-2 layer its projection and its
 //! convolution's output into three each, and the loss the head's 1,878 logits into five views.
 //!
+//! A single part from index 0 is a prefix (a chunked scan's output without its padding steps):
+//! its gradient goes to the whole as it is when the prefix is all of it, and with zeros for the
+//! rest only, not a zero tensor of the whole written into, when it is not.
+//!
+//! [`windows`] is the same for windows that may overlap (a Hillis–Steele scan's shifted copies
+//! of its prefixes): where windows overlap, their gradients are added over that range only.
+//!
 //! [`split`] records one node more: a gathering identity between the whole and the parts.
 //! Each part's backward pass leaves its gradient with the gathering node (a list the parts
 //! share, not burn's gradient registry), and the gathering node, which burn runs after every
@@ -19,6 +26,7 @@
 //! up to the sign of a zero), so the gradients are equal to the bit
 //! (`the_parts_gradients_are_the_slices_to_the_bit`).
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use burn::backend::autodiff::{
@@ -38,47 +46,78 @@ use burn::prelude::*;
 /// - `tensor`: any, with `dim` at least `widths`' sum long
 /// - output: `tensor`'s shape with `widths[i]` at `dim`, for each part
 pub fn split<const D: usize>(tensor: Tensor<D>, dim: usize, widths: &[usize]) -> Vec<Tensor<D>> {
-    <Dispatch as SplitOps>::split_parts(tensor.into_dispatch(), dim, widths.to_vec())
+    windows(tensor, dim, &side_by_side(widths))
+}
+
+/// [`split`] into a fixed number of parts, as an array (what destructuring takes).
+pub fn split_array<const D: usize, const K: usize>(
+    tensor: Tensor<D>,
+    dim: usize,
+    widths: &[usize; K],
+) -> [Tensor<D>; K] {
+    let ranges: [Range<usize>; K] = side_by_side(widths)
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one range per width"));
+    windows_array(tensor, dim, &ranges)
+}
+
+/// `tensor`'s windows `ranges` along `dim`, which may overlap (a scan's shifted copies): the
+/// parts of [`split`] in general. The gathering node adds the gradients of windows that
+/// overlap, range by range, and concatenates the ranges once.
+///
+/// # Shapes
+/// - `tensor`: any, with every range within `dim`
+/// - output: `tensor`'s shape with `ranges[i].len()` at `dim`, for each window
+pub fn windows<const D: usize>(
+    tensor: Tensor<D>,
+    dim: usize,
+    ranges: &[Range<usize>],
+) -> Vec<Tensor<D>> {
+    <Dispatch as SplitOps>::tensor_windows(tensor.into_dispatch(), dim, ranges.to_vec())
         .into_iter()
         .map(Tensor::from_dispatch)
         .collect()
 }
 
-/// [`split`] along the last dimension into a fixed number of parts, as an array (what
-/// destructuring takes).
-///
-/// # Shapes
-/// - `tensor`: `[…, n]` with `n` at least `widths`' sum
-/// - output: `[…, widths[i]]` for each part
-pub fn split_last<const D: usize, const K: usize>(
+/// [`windows`] of a fixed number, as an array.
+pub fn windows_array<const D: usize, const K: usize>(
     tensor: Tensor<D>,
-    widths: &[usize; K],
+    dim: usize,
+    ranges: &[Range<usize>; K],
 ) -> [Tensor<D>; K] {
-    let parts = split(tensor, D - 1, widths);
-    parts
+    windows(tensor, dim, ranges)
         .try_into()
-        .unwrap_or_else(|_| unreachable!("split returns one part per width"))
+        .unwrap_or_else(|_| unreachable!("one window per range"))
 }
 
-/// The ranges along `dim` that `widths` cut, each as the slice of a tensor of `rank` dims.
-fn ranges(rank: usize, dim: usize, widths: &[usize]) -> Vec<Vec<Slice>> {
+/// The ranges that `widths` cut side by side from index 0.
+fn side_by_side(widths: &[usize]) -> Vec<Range<usize>> {
     let mut start = 0;
     widths
         .iter()
         .map(|&width| {
-            let mut slices = vec![Slice::full(); rank];
-            slices[dim] = Slice::new(start as isize, Some((start + width) as isize), 1);
             start += width;
-            slices
+            start - width..start
         })
         .collect()
 }
 
-/// The parts as slices of `tensor`, the forward pass on every backend.
-fn cut<B: Backend>(tensor: FloatTensor<B>, dim: usize, widths: &[usize]) -> Vec<FloatTensor<B>> {
-    ranges(tensor.shape().num_dims(), dim, widths)
+/// `t`'s `range` along `dim`.
+fn window<B: Backend>(t: FloatTensor<B>, dim: usize, range: &Range<usize>) -> FloatTensor<B> {
+    let mut slices = vec![Slice::full(); t.shape().num_dims()];
+    slices[dim] = Slice::new(range.start as isize, Some(range.end as isize), 1);
+    B::float_slice(t, &slices)
+}
+
+/// The windows as slices of `tensor`, the forward pass on every backend.
+fn cut<B: Backend>(
+    tensor: FloatTensor<B>,
+    dim: usize,
+    ranges: &[Range<usize>],
+) -> Vec<FloatTensor<B>> {
+    ranges
         .iter()
-        .map(|slices| B::float_slice(tensor.clone(), slices))
+        .map(|range| window::<B>(tensor.clone(), dim, range))
         .collect()
 }
 
@@ -86,13 +125,13 @@ fn cut<B: Backend>(tensor: FloatTensor<B>, dim: usize, widths: &[usize]) -> Vec<
 /// concatenation under autodiff.
 #[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
 pub trait SplitOps: Backend {
-    /// [`split`].
-    fn split_parts(
+    /// [`windows`].
+    fn tensor_windows(
         tensor: FloatTensor<Self>,
         dim: usize,
-        widths: Vec<usize>,
+        ranges: Vec<Range<usize>>,
     ) -> Vec<FloatTensor<Self>> {
-        cut::<Self>(tensor, dim, &widths)
+        cut::<Self>(tensor, dim, &ranges)
     }
 }
 
@@ -119,16 +158,15 @@ impl<B: Backend> Backward<B, 1> for PartBackward {
     }
 }
 
-/// What the gathering node knows of the whole: the shape, the dimension cut and the widths.
+/// What the gathering node knows of the whole: the shape, the dimension cut and the windows.
 #[derive(Debug, Clone)]
 struct Whole {
     shape: Shape,
     dim: usize,
-    widths: Vec<usize>,
+    ranges: Vec<Range<usize>>,
 }
 
-/// The backward pass of the gathering node: the parts' gradients side by side, zeros where
-/// none came, and after the last part zeros up to the whole's size.
+/// The backward pass of the gathering node: the whole's gradient from the windows'.
 #[derive(Debug)]
 struct GatherBackward;
 
@@ -145,27 +183,47 @@ impl<B: Backend> Backward<B, 1> for GatherBackward {
     }
 }
 
-/// The whole's gradient from its parts', or `None` where no part has one.
+/// The whole's gradient from its windows', or `None` where no window has one: along `dim`,
+/// range by range between the windows' ends, the sum of the windows' gradients that cover the
+/// range (zeros where none does), the ranges concatenated once. Side-by-side parts give one
+/// window a range, so the concatenation is of the parts' gradients themselves.
 fn gathered<B: Backend>(
     parts: Vec<Option<FloatTensor<B>>>,
     whole: &Whole,
 ) -> Option<FloatTensor<B>> {
-    let like = parts.iter().flatten().next()?;
-    let (device, dtype) = (like.device(), like.dtype());
-    let zeros = |width: usize| {
-        let mut shape = whole.shape.clone();
-        shape[whole.dim] = width;
-        B::float_zeros(shape, &device, dtype.into())
-    };
-    let mut pieces: Vec<FloatTensor<B>> = parts
-        .into_iter()
-        .zip(&whole.widths)
-        .map(|(part, &width)| part.unwrap_or_else(|| zeros(width)))
+    let present: Vec<(&Range<usize>, FloatTensor<B>)> = whole
+        .ranges
+        .iter()
+        .zip(parts)
+        .filter_map(|(range, part)| Some((range, part?)))
         .collect();
-    let rest = whole.shape[whole.dim] - whole.widths.iter().sum::<usize>();
-    if rest > 0 {
-        pieces.push(zeros(rest));
-    }
+    let (device, dtype) = present.first().map(|(_, g)| (g.device(), g.dtype()))?;
+    let length = whole.shape[whole.dim];
+    let mut ends: Vec<usize> = present
+        .iter()
+        .flat_map(|(range, _)| [range.start, range.end])
+        .chain([0, length])
+        .collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let piece = |span: Range<usize>| {
+        let covering = present
+            .iter()
+            .filter(|(range, _)| range.start <= span.start && span.end <= range.end)
+            .map(|(range, grad)| {
+                if **range == span {
+                    return grad.clone();
+                }
+                let within = span.start - range.start..span.end - range.start;
+                window::<B>(grad.clone(), whole.dim, &within)
+            });
+        covering.reduce(B::float_add).unwrap_or_else(|| {
+            let mut shape = whole.shape.clone();
+            shape[whole.dim] = span.len();
+            B::float_zeros(shape, &device, dtype.into())
+        })
+    };
+    let mut pieces: Vec<FloatTensor<B>> = ends.windows(2).map(|w| piece(w[0]..w[1])).collect();
     Some(match pieces.len() {
         1 => pieces.remove(0),
         _ => B::float_cat(pieces, whole.dim),
@@ -173,16 +231,16 @@ fn gathered<B: Backend>(
 }
 
 impl<B: Backend + SplitOps, C: CheckpointStrategy> SplitOps for Autodiff<B, C> {
-    fn split_parts(
+    fn tensor_windows(
         tensor: FloatTensor<Self>,
         dim: usize,
-        widths: Vec<usize>,
+        ranges: Vec<Range<usize>>,
     ) -> Vec<FloatTensor<Self>> {
-        let shelf: Shelf<B> = Arc::new(Mutex::new(vec![None; widths.len()]));
+        let shelf: Shelf<B> = Arc::new(Mutex::new(vec![None; ranges.len()]));
         let whole = Whole {
             shape: tensor.shape(),
             dim,
-            widths: widths.clone(),
+            ranges: ranges.clone(),
         };
         let node = tensor.node();
         let gather: FloatTensor<Self> = match GatherBackward
@@ -193,12 +251,11 @@ impl<B: Backend + SplitOps, C: CheckpointStrategy> SplitOps for Autodiff<B, C> {
             OpsKind::Tracked(prep) => prep.finish((shelf.clone(), whole), tensor.into_primitive()),
             OpsKind::UnTracked(prep) => prep.finish(tensor.into_primitive()),
         };
-        let ranges = ranges(gather.shape().num_dims(), dim, &widths);
         ranges
             .iter()
             .enumerate()
-            .map(|(index, slices)| {
-                let part = B::float_slice(gather.primitive().clone(), slices);
+            .map(|(index, range)| {
+                let part = window::<B>(gather.primitive().clone(), dim, range);
                 match PartBackward
                     .prepare::<C>([gather.node()])
                     .compute_bound()
@@ -287,6 +344,38 @@ mod tests {
             let got = whole_gradient(&by_split(widths), &x, used, whole_too);
             assert_eq!(got.0, want.0, "{widths:?} {used:?}: parts");
             assert_eq!(got.1, want.1, "{widths:?} {used:?}: gradient");
+        }
+    }
+
+    /// Overlapping windows (a Hillis–Steele level's head, left and right windows, and a
+    /// window inside another) against the slices', every element to the bit: where two
+    /// windows overlap their gradients are added, as burn's registry adds the slices'.
+    #[test]
+    fn overlapping_windows_gradients_are_the_slices_to_the_bit() {
+        let _rng = crate::rng::rng_lock();
+        let device = Device::flex().autodiff();
+        let x = Tensor::<3>::random([2, 3, 8], Distribution::Normal(0.0, 1.0), &device);
+        let narrowed = |ranges: Vec<Range<usize>>| {
+            move |x: Tensor<3>| -> Vec<Tensor<3>> {
+                let part = |r: &Range<usize>| x.clone().narrow(2, r.start, r.len());
+                ranges.iter().map(part).collect()
+            }
+        };
+        let windowed = |ranges: Vec<Range<usize>>| {
+            move |x: Tensor<3>| -> Vec<Tensor<3>> { windows(x, 2, &ranges) }
+        };
+        for (ranges, used) in [
+            (vec![0..2, 0..6, 2..8], &[0, 1, 2][..]),
+            (vec![0..4, 4..8, 0..4], &[1, 2][..]),
+            (vec![1..7, 3..5], &[0, 1][..]),
+            (vec![1..7, 3..5], &[1][..]),
+        ] {
+            device.seed(11);
+            let want = whole_gradient(&narrowed(ranges.clone()), &x, used, false);
+            device.seed(11);
+            let got = whole_gradient(&windowed(ranges.clone()), &x, used, false);
+            assert_eq!(got.0, want.0, "{ranges:?} {used:?}: windows");
+            assert_eq!(got.1, want.1, "{ranges:?} {used:?}: gradient");
         }
     }
 
