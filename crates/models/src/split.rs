@@ -379,6 +379,27 @@ mod tests {
         }
     }
 
+    /// Parts of no width (a one-step sequence's previous steps) are empty tensors, with and
+    /// without autodiff, and the whole's gradient is the other parts'.
+    #[test]
+    fn empty_parts_are_empty() {
+        let _rng = crate::rng::rng_lock();
+        for device in [Device::flex(), Device::flex().autodiff()] {
+            let x = Tensor::<3>::random([2, 1, 4], Distribution::Normal(0.0, 1.0), &device);
+            let [none, all] = split_array(x.clone(), 1, &[0, 1]);
+            assert_eq!(none.dims(), [2, 0, 4]);
+            assert_eq!(values(all), values(x));
+        }
+        // burn's `narrow` refuses a length of 0, so the comparison leaves the empty parts out.
+        let device = Device::flex().autodiff();
+        let x = Tensor::<3>::random([2, 3, 8], Distribution::Normal(0.0, 1.0), &device);
+        device.seed(5);
+        let want = whole_gradient(&by_narrow(&[3, 5]), &x, &[0, 1], false);
+        device.seed(5);
+        let got = whole_gradient(&by_split(&[0, 3, 0, 5]), &x, &[1, 3], false);
+        assert_eq!(got.1, want.1);
+    }
+
     /// A part cut one column off (the second part starting where the first does) is caught.
     #[test]
     fn a_part_cut_in_the_wrong_place_is_caught() {

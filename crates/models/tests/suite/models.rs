@@ -45,6 +45,25 @@ fn every_implemented_family_gives_every_output_group() {
     }
 }
 
+/// A sequence of the start token alone (a game with no moves): every family gives finite
+/// logits, with and without autodiff, and its backward pass runs. SLiCE's and Mamba-3's shifts
+/// by one step once cut a slice of no steps, which burn's `narrow` refuses with a panic.
+#[test]
+fn every_family_takes_a_one_token_sequence() {
+    for device in [Device::flex(), Device::flex().autodiff()] {
+        for family in Family::ALL {
+            let model = Model::init(&ModelConfig::new(family, Size::D128), &device).unwrap();
+            let logits = model.logits(moves(2, 1, &device));
+            assert_eq!(logits.dims(), [2, 1, 1878], "{family}");
+            let finite: bool = logits.clone().is_finite().all().into_scalar();
+            assert!(finite, "{family}: logits not finite");
+            if device.is_autodiff() {
+                let _ = logits.sum().backward();
+            }
+        }
+    }
+}
+
 #[test]
 fn models_are_causal_and_deterministic_in_validation() {
     let device = Device::flex();
