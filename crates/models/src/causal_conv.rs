@@ -37,7 +37,17 @@ use burn::prelude::*;
 /// - `x`: `[batch, seq, channels]`
 /// - `weight`: `[channels, 1, kernel]` (PyTorch's `Conv1d(C, C, K, groups = C)`)
 /// - output: `[batch, seq, channels]`
+///
+/// # Panics
+/// Where the weight has no taps or its channels are not `x`'s: the layers' shapes are fixed by
+/// their configuration.
 pub fn causal_conv(x: Tensor<3>, weight: Tensor<3>) -> Tensor<3> {
+    let ([.., channels], [weight_channels, _, kernel]) = (x.dims(), weight.dims());
+    assert!(
+        kernel > 0 && weight_channels == channels,
+        "a causal convolution of {channels} channels with a weight of {:?}",
+        weight.dims()
+    );
     Tensor::from_dispatch(<Dispatch as CausalConvOps>::causal_conv(
         x.into_dispatch(),
         weight.into_dispatch(),

@@ -5,15 +5,8 @@
 //! tensor of the whole sliced shape, writes the part's gradient into it and adds that to the
 //! gradient of the whole: for `k` parts, `k` fills, `k` writes and `k − 1` additions, each over
 //! the whole tensor. A Mamba-3 layer cuts its input projection into eight parts (at d512 and
-//! batch 128 × 256, `[32768, 2152]` floats, 282 MB), a Mamba-2 layer its projection and its
-//! convolution's output into three each, and the loss the head's 1,878 logits into five views.
-//!
-//! A single part from index 0 is a prefix (a chunked scan's output without its padding steps):
-//! its gradient goes to the whole as it is when the prefix is all of it, and with zeros for the
-//! rest only, not a zero tensor of the whole written into, when it is not.
-//!
-//! [`windows`] is the same for windows that may overlap (a Hillis–Steele scan's shifted copies
-//! of its prefixes): where windows overlap, their gradients are added over that range only.
+//! batch 128 × 256, `[32768, 2384]` floats, 312 MB), a Mamba-2 layer its projection and its
+//! convolution's output into three each, and the loss the head's 1,878 columns into five views.
 //!
 //! [`split`] records one node more: a gathering identity between the whole and the parts.
 //! Each part's backward pass leaves its gradient with the gathering node (a list the parts
@@ -21,10 +14,18 @@
 //! part reachable from the loss (it is their only parent, one step shallower), concatenates
 //! them once, with zeros only for the parts no gradient reached, and hands that to the whole.
 //!
+//! A single part from index 0 is a prefix (a chunked scan's output without its padding steps):
+//! its gradient goes to the whole as it is when the prefix is all of it, and with zeros for the
+//! rest only, not a zero tensor of the whole written into, when it is not. [`windows`] is the
+//! same for windows that may overlap (a Hillis–Steele scan's shifted copies of its prefixes):
+//! where windows overlap, their gradients are added over that range only.
+//!
 //! The values are those of the slices' backward passes: each element of the whole's gradient
-//! is one part's gradient element (burn added zeros to it, which leaves every value as it was,
-//! up to the sign of a zero), so the gradients are equal to the bit
-//! (`the_parts_gradients_are_the_slices_to_the_bit`).
+//! is one part's gradient element, or the sum of the two windows' that cover it (burn added
+//! zeros to them, which leaves every value as it was, up to the sign of a zero), so the
+//! gradients are equal to the bit (`the_parts_gradients_are_the_slices_to_the_bit`,
+//! `overlapping_windows_gradients_are_the_slices_to_the_bit`). With three or more windows over
+//! one element the sum's order may differ from burn's, which changes its last bits only.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,11 +69,23 @@ pub fn split_array<const D: usize, const K: usize>(
 /// # Shapes
 /// - `tensor`: any, with every range within `dim`
 /// - output: `tensor`'s shape with `ranges[i].len()` at `dim`, for each window
+///
+/// # Panics
+/// Where `dim` is not one of `tensor`'s or a range is not within it, as `narrow` does: the
+/// models' cuts are fixed by their configuration.
 pub fn windows<const D: usize>(
     tensor: Tensor<D>,
     dim: usize,
     ranges: &[Range<usize>],
 ) -> Vec<Tensor<D>> {
+    let dims = tensor.dims();
+    assert!(
+        dim < D
+            && ranges
+                .iter()
+                .all(|r| r.start <= r.end && r.end <= dims[dim]),
+        "windows {ranges:?} of dimension {dim} of a {dims:?} tensor"
+    );
     <Dispatch as SplitOps>::tensor_windows(tensor.into_dispatch(), dim, ranges.to_vec())
         .into_iter()
         .map(Tensor::from_dispatch)
