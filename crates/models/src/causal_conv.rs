@@ -28,8 +28,10 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Shape, Slice, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Dispatch, Shape, TensorMetadata, backend_extension};
 use burn::prelude::*;
+
+use crate::split::window;
 
 /// `x` convolved causally with `weight`, channel by channel (the module docs).
 ///
@@ -55,17 +57,17 @@ pub fn causal_conv(x: Tensor<3>, weight: Tensor<3>) -> Tensor<3> {
 }
 
 /// `t`'s `len` steps from `start` (dimension 1 of `[batch, seq, channels]`).
-fn window<B: Backend>(t: FloatTensor<B>, start: usize, len: usize) -> FloatTensor<B> {
-    let steps = Slice::new(start as isize, Some((start + len) as isize), 1);
-    B::float_slice(t, &[Slice::full(), steps, Slice::full()])
+fn steps<B: Backend>(t: FloatTensor<B>, start: usize, len: usize) -> FloatTensor<B> {
+    window::<B>(t, 1, &(start..start + len))
 }
 
 /// Tap `i` of `weight` (`[channels, 1, kernel]`) as `[1, 1, channels]`.
 fn tap<B: Backend>(weight: FloatTensor<B>, i: usize) -> FloatTensor<B> {
     let [channels, _, _] = weight.shape().dims();
-    let column = Slice::new(i as isize, Some(i as isize + 1), 1);
-    let w = B::float_slice(weight, &[Slice::full(), Slice::full(), column]);
-    B::float_reshape(w, Shape::new([1, 1, channels]))
+    B::float_reshape(
+        window::<B>(weight, 2, &(i..i + 1)),
+        Shape::new([1, 1, channels]),
+    )
 }
 
 /// `t` (`[batch, seq, channels]`) with `steps` zero steps in front of it, or behind it.
@@ -94,10 +96,10 @@ fn forward<B: Backend>(
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let [_, seq, _] = x.shape().dims();
     let [_, _, kernel] = weight.shape().dims();
-    let x_padded = padded::<B>(x, kernel.saturating_sub(1), true);
+    let x_padded = padded::<B>(x, kernel - 1, true);
     let term = |i: usize| {
         B::float_mul(
-            window::<B>(x_padded.clone(), i, seq),
+            steps::<B>(x_padded.clone(), i, seq),
             tap::<B>(weight.clone(), i),
         )
     };
@@ -115,12 +117,14 @@ fn backward<B: Backend>(
     let [_, _, kernel] = weight.shape().dims();
     let grad_padded = padded::<B>(grad.clone(), kernel - 1, false);
     let term = |i: usize| {
-        let window = window::<B>(grad_padded.clone(), kernel - 1 - i, seq);
-        B::float_mul(window, tap::<B>(weight.clone(), i))
+        B::float_mul(
+            steps::<B>(grad_padded.clone(), kernel - 1 - i, seq),
+            tap::<B>(weight.clone(), i),
+        )
     };
     let grad_x = (1..kernel).fold(term(0), |acc, i| B::float_add(acc, term(i)));
     let grad_tap = |i: usize| {
-        let product = B::float_mul(window::<B>(x_padded.clone(), i, seq), grad.clone());
+        let product = B::float_mul(steps::<B>(x_padded.clone(), i, seq), grad.clone());
         let rows = B::float_reshape(product, Shape::new([batch * seq, channels]));
         B::float_reshape(B::float_sum_dim(rows, 0), Shape::new([channels, 1, 1]))
     };

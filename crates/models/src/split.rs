@@ -56,10 +56,9 @@ pub fn split_array<const D: usize, const K: usize>(
     dim: usize,
     widths: &[usize; K],
 ) -> [Tensor<D>; K] {
-    let ranges: [Range<usize>; K] = side_by_side(widths)
+    split(tensor, dim, widths)
         .try_into()
-        .unwrap_or_else(|_| unreachable!("one range per width"));
-    windows_array(tensor, dim, &ranges)
+        .unwrap_or_else(|_| unreachable!("one part per width"))
 }
 
 /// `tensor`'s windows `ranges` along `dim`, which may overlap (a scan's shifted copies): the
@@ -115,8 +114,12 @@ fn side_by_side(widths: &[usize]) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// `t`'s `range` along `dim`.
-fn window<B: Backend>(t: FloatTensor<B>, dim: usize, range: &Range<usize>) -> FloatTensor<B> {
+/// `t`'s `range` along `dim`, a slice on the backend (no autodiff node of its own).
+pub(crate) fn window<B: Backend>(
+    t: FloatTensor<B>,
+    dim: usize,
+    range: &Range<usize>,
+) -> FloatTensor<B> {
     let mut slices = vec![Slice::full(); t.shape().num_dims()];
     slices[dim] = Slice::new(range.start as isize, Some(range.end as isize), 1);
     B::float_slice(t, &slices)
