@@ -8,18 +8,27 @@
 //! gradient into it and adds it to the others' (`K` fills, writes and additions over the whole
 //! input, and the same for the weight's columns), and the padding's backward pass a slice again.
 //!
-//! [`causal_conv`] keeps the padded input and the weight; its backward pass pads the output's
-//! gradient with `K − 1` zero steps behind it, once, and takes `K` windows of that:
+//! [`causal_conv`] keeps the input and the weight. Its gradients:
 //!
 //! ```text
 //! dx_s[c]       = Σ_i w[c, 0, i] · dout_{s+K−1−i}[c]      (dout zero past the last step)
 //! dw[c, 0, i]   = Σ_{b,t} x̃_{t+i}[c] · dout_t[c]           (x̃ the padded input)
 //! ```
 //!
-//! The forward pass is the tensor operations' (the same products and sums in the same order,
-//! without the zero tensor the sum started from), so the outputs are equal to the bit; the
-//! gradients add the same terms in another order, so they agree to rounding
-//! (`the_operation_is_the_taps_in_value_and_gradients`).
+//! On the CPU both passes are tensor operations ([`forward_by_ops`], [`backward_by_ops`]): the
+//! forward pass pads the input and sums the taps' products; the backward pass pads the output's
+//! gradient with `K − 1` zero steps behind it, once, and takes `K` windows of that for `dx`, and
+//! for tap `i`'s `dw` multiplies the input's first `seq − (K−1−i)` steps with the gradient's
+//! last (the padded input's other steps are its zeros). On cubecl's devices (`cube.rs` beside
+//! this file) each pass is kernels that read the input and the gradient in place: one for the
+//! output, one for `dx`, one for `dw` (then a sum over blocks), against `K` products, `K − 1`
+//! sums, two paddings and `K` reductions written through device memory.
+//!
+//! The CPU's forward pass is the tensor operations' (the same products and sums in the same
+//! order, without the zero tensor the sum started from), so the outputs are equal to the bit;
+//! the gradients add the same terms in another order, so they agree to rounding
+//! (`the_operation_is_the_taps_in_value_and_gradients`); the kernels agree with the CPU to
+//! rounding (`the_kernels_equal_the_tensor_operations_on_cube_cpu`).
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -28,7 +37,7 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Shape, TensorMetadata, backend_extension};
+use burn::backend::{AutodiffBackend, Backend, Dispatch, Shape, TensorMetadata, backend_extension};
 use burn::prelude::*;
 
 use crate::split::window;
@@ -89,11 +98,11 @@ fn padded<B: Backend>(t: FloatTensor<B>, steps: usize, in_front: bool) -> FloatT
     B::float_cat(parts, 1)
 }
 
-/// `Σ_i window_i(x̃) · w_i`, and the padded input `x̃`.
-fn forward<B: Backend>(
+/// `Σ_i window_i(x̃) · w_i`, `x̃` the padded input: the convolution by tensor operations.
+pub(crate) fn forward_by_ops<B: Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+) -> FloatTensor<B> {
     let [_, seq, _] = x.shape().dims();
     let [_, _, kernel] = weight.shape().dims();
     let x_padded = padded::<B>(x, kernel - 1, true);
@@ -103,13 +112,14 @@ fn forward<B: Backend>(
             tap::<B>(weight.clone(), i),
         )
     };
-    let out = (1..kernel).fold(term(0), |out, i| B::float_add(out, term(i)));
-    (out, x_padded)
+    (1..kernel).fold(term(0), |out, i| B::float_add(out, term(i)))
 }
 
-/// The gradients of `x` and of `weight` from the output's, `grad` (the module docs).
-fn backward<B: Backend>(
-    x_padded: FloatTensor<B>,
+/// The gradients of `x` and of `weight` from the output's, `grad`, by tensor operations (the
+/// module docs). Tap `i`'s weight gradient pairs the input's first `seq − s` steps with the
+/// gradient's last, `s = K − 1 − i`: the padded input's other steps are its zeros.
+pub(crate) fn backward_by_ops<B: Backend>(
+    x: FloatTensor<B>,
     weight: FloatTensor<B>,
     grad: FloatTensor<B>,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
@@ -123,35 +133,65 @@ fn backward<B: Backend>(
         )
     };
     let grad_x = (1..kernel).fold(term(0), |acc, i| B::float_add(acc, term(i)));
+    let tap_shape = Shape::new([channels, 1, 1]);
     let grad_tap = |i: usize| {
-        let product = B::float_mul(steps::<B>(x_padded.clone(), i, seq), grad.clone());
-        let rows = B::float_reshape(product, Shape::new([batch * seq, channels]));
-        B::float_reshape(B::float_sum_dim(rows, 0), Shape::new([channels, 1, 1]))
+        let shift = kernel - 1 - i;
+        if shift >= seq {
+            return B::float_zeros(tap_shape.clone(), &grad.device(), grad.dtype().into());
+        }
+        let len = seq - shift;
+        let product = B::float_mul(
+            steps::<B>(x.clone(), 0, len),
+            steps::<B>(grad.clone(), shift, len),
+        );
+        let rows = B::float_reshape(product, Shape::new([batch * len, channels]));
+        B::float_reshape(B::float_sum_dim(rows, 0), tap_shape.clone())
     };
     let grad_weight = B::float_cat((0..kernel).map(grad_tap).collect(), 2);
     (grad_x, grad_weight)
 }
 
-/// The convolution as a backend operation. Each backend's forward pass is the default body,
-/// from its own tensor operations; the autodiff decorator's adds the backward pass.
-#[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
+/// The convolution as backend operations: by tensor operations on the CPU (the default
+/// bodies), by the kernels of [`cube`] on cubecl's devices, where fusion records each as one
+/// operation; the autodiff decorator's pairs the two.
+#[backend_extension(
+    Flex,
+    Cube: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Fusion: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Autodiff
+)]
 pub trait CausalConvOps: Backend {
     /// [`causal_conv`].
+    #[fusion(meta = |x, _weight| x.clone())]
     fn causal_conv(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
-        forward::<Self>(x, weight).0
+        forward_by_ops::<Self>(x, weight)
+    }
+
+    /// The gradients of `x` and of `weight` from the output's, `grad`.
+    ///
+    /// # Shapes
+    /// - `x`, `grad`: `[batch, seq, channels]`; `weight`: `[channels, 1, kernel]`
+    /// - output: `[batch, seq, channels]` and `[channels, 1, kernel]`
+    #[fusion(meta = |x, weight, _grad| (x.clone(), weight.clone()))]
+    fn causal_conv_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        backward_by_ops::<Self>(x, weight, grad)
     }
 }
 
 impl CausalConvOps for burn::backend::Flex {}
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-impl CausalConvOps for burn::backend::Cube {}
+pub(crate) mod cube;
 
 /// The backward pass of [`causal_conv`], for the input and the weight.
 #[derive(Debug)]
 struct ConvBackward;
 
-impl<B: Backend> Backward<B, 2> for ConvBackward {
+impl<B: Backend + CausalConvOps> Backward<B, 2> for ConvBackward {
     type State = (FloatTensor<B>, FloatTensor<B>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -160,8 +200,8 @@ impl<B: Backend> Backward<B, 2> for ConvBackward {
         if x_node.is_none() && weight_node.is_none() {
             return;
         }
-        let (x_padded, weight) = ops.state;
-        let (grad_x, grad_weight) = backward::<B>(x_padded, weight, grad);
+        let (x, weight) = ops.state;
+        let (grad_x, grad_weight) = B::causal_conv_backward(x, weight, grad);
         if let Some(node) = x_node {
             grads.register::<B>(node.id, grad_x);
         }
@@ -177,11 +217,27 @@ impl<B: Backend + CausalConvOps, C: CheckpointStrategy> CausalConvOps for Autodi
         let (x, weight) = (x.into_primitive(), weight.into_primitive());
         match ConvBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, x_padded) = forward::<B>(x, weight.clone());
-                prep.finish((x_padded, weight), out)
+                let out = B::causal_conv(x.clone(), weight.clone());
+                prep.finish((x, weight), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(forward::<B>(x, weight).0),
+            OpsKind::UnTracked(prep) => prep.finish(B::causal_conv(x, weight)),
         }
+    }
+
+    fn causal_conv_backward(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (grad_x, grad_weight) = B::causal_conv_backward(
+            x.into_primitive(),
+            weight.into_primitive(),
+            grad.into_primitive(),
+        );
+        (
+            <Self as AutodiffBackend>::from_inner(grad_x),
+            <Self as AutodiffBackend>::from_inner(grad_weight),
+        )
     }
 }
 
@@ -259,6 +315,78 @@ mod tests {
             assert_close(&got[2], &want[2], "dw");
             let plain = causal_conv(x.clone().inner(), weight.clone().inner());
             assert_eq!(values(plain), want[0], "without autodiff");
+        }
+    }
+
+    /// The backward pass called directly: the gradients of `x` and the weight from `grad`.
+    fn gradients(x: Tensor<3>, weight: Tensor<3>, grad: Tensor<3>) -> [Vec<f32>; 2] {
+        let (grad_x, grad_weight) = <Dispatch as CausalConvOps>::causal_conv_backward(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            grad.into_dispatch(),
+        );
+        [
+            values(Tensor::<3>::from_dispatch(grad_x)),
+            values(Tensor::<3>::from_dispatch(grad_weight)),
+        ]
+    }
+
+    /// The middle third of a `[batch, seq, 3 · channels]` tensor: a view whose steps are three
+    /// times its width apart, as Mamba-2's convolution input is a part of its projection.
+    fn middle_third(wide: &Tensor<3>) -> Tensor<3> {
+        let [_, _, width] = wide.dims();
+        wide.clone().narrow(2, width / 3, width / 3)
+    }
+
+    /// The kernels on cubecl's CPU runtime against the CPU's tensor operations: through
+    /// autodiff, the output and both gradients for kernels of 4, 2 and 1, a sequence shorter
+    /// than the kernel and rows that end in a partial block; and the backward pass called
+    /// directly on views of wider tensors, for the input and the output's gradient
+    /// (`CARGO_TARGET_DIR=target/cube-cpu cargo test --release -p cwm-models --features
+    /// cube-cpu --lib causal_conv`).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn the_kernels_equal_the_tensor_operations_on_cube_cpu() {
+        let _rng = crate::rng::rng_lock();
+        let cpu = Device::flex().autodiff();
+        let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
+        cpu.seed(31);
+        let normal = Distribution::Normal(0.0, 1.0);
+        for (batch, seq, channels, kernel) in
+            [(3, 70, 37, 4), (2, 5, 8, 2), (2, 6, 5, 1), (2, 2, 6, 4)]
+        {
+            let x = Tensor::<3>::random([batch, seq, channels], normal, &cpu);
+            let weight = Tensor::<3>::random([channels, 1, kernel], normal, &cpu);
+            let r = Tensor::<3>::random([batch, seq, channels], normal, &cpu);
+            let on = |device: &Device| {
+                let moved = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), device);
+                run(&causal_conv, &moved(&x), &moved(&weight), &moved(&r))
+            };
+            let (want, got) = (on(&cpu), on(&cube));
+            let what = format!("{batch}×{seq}×{channels}, kernel {kernel}");
+            assert_close(&got[0], &want[0], &format!("{what}: output"));
+            assert_close(&got[1], &want[1], &format!("{what}: dx"));
+            assert_close(&got[2], &want[2], &format!("{what}: dw"));
+        }
+        let wide_x = Tensor::<3>::random([2, 67, 3 * 9], normal, &cpu).inner();
+        let wide_grad = Tensor::<3>::random([2, 67, 3 * 9], normal, &cpu).inner();
+        let weight = Tensor::<3>::random([9, 1, 4], normal, &cpu).inner();
+        let on = |device: &Device| {
+            let moved = |t: &Tensor<3>| Tensor::<3>::from_data(t.to_data(), device);
+            let (x, grad) = (
+                middle_third(&moved(&wide_x)),
+                middle_third(&moved(&wide_grad)),
+            );
+            let out = values(causal_conv(x.clone(), moved(&weight)));
+            let [grad_x, grad_weight] = gradients(x, moved(&weight), grad);
+            [out, grad_x, grad_weight]
+        };
+        let (want, got) = (
+            on(&Device::flex()),
+            on(&crate::device_by_name("cube-cpu").unwrap()),
+        );
+        for (i, what) in ["output", "dx", "dw"].into_iter().enumerate() {
+            assert_close(&got[i], &want[i], &format!("views: {what}"));
         }
     }
 }

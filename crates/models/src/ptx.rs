@@ -134,7 +134,8 @@ fn tensor(shape: &[usize]) -> TensorArg {
 
 /// Every kernel cwm writes itself, defined for `props` at a d512 transformer's training
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
-/// attention with and without dropout, dropout, the optimizer's update.
+/// attention with and without dropout, dropout, the optimizer's update, the short convolution
+/// (at Gated DeltaNet's shapes).
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -149,6 +150,9 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     }
     out.push(("dropout".into(), dropout_kernel(&props, &target)));
     out.push(("adamw_update".into(), adamw_kernel(&props, &target)));
+    for (name, kernel) in convolution(&props, &target) {
+        out.push((name.into(), kernel));
+    }
     out
 }
 
@@ -292,6 +296,64 @@ fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -
         1e-8,
         3e-4,
     ))
+}
+
+/// The short convolution's three kernels, as `causal_conv::cube` launches them on a
+/// `[batch, seq, 512]` input with 4 taps (Gated DeltaNet's at d512).
+fn convolution(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+) -> Vec<(&'static str, Kernel)> {
+    use crate::causal_conv::cube::{ROWS, forward_kernel, input_grad_kernel, weight_grad_kernel};
+    const CHANNELS: usize = 512;
+    const TAPS: usize = 4;
+    let x = || tensor(&[BATCH, SEQ, CHANNELS]);
+    let weight = || tensor(&[CHANNELS, 1, TAPS]);
+    let (count, dim) = elementwise();
+    let blocks = (BATCH * SEQ).div_ceil(ROWS);
+    let partial_count = CubeCount::Static((blocks * CHANNELS).div_ceil(256) as u32, 1, 1);
+    vec![
+        (
+            "causal_conv_forward",
+            Box::new(forward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count.clone(),
+                dim,
+                x(),
+                weight(),
+                x(),
+                TAPS,
+            )),
+        ),
+        (
+            "causal_conv_dx",
+            Box::new(input_grad_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count,
+                dim,
+                x(),
+                weight(),
+                x(),
+                TAPS,
+            )),
+        ),
+        (
+            "causal_conv_dw",
+            Box::new(weight_grad_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                partial_count,
+                dim,
+                x(),
+                x(),
+                tensor(&[blocks, CHANNELS, TAPS]),
+                ROWS,
+                TAPS,
+            )),
+        ),
+    ]
 }
 
 /// `kernel` compiled by the CUDA runtime's compiler for `sm`.
