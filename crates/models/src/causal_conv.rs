@@ -20,9 +20,9 @@
 //! gradient with `K − 1` zero steps behind it, once, and takes `K` windows of that for `dx`, and
 //! for tap `i`'s `dw` multiplies the input's first `seq − (K−1−i)` steps with the gradient's
 //! last (the padded input's other steps are its zeros). On cubecl's devices (`cube.rs` beside
-//! this file) each pass is kernels that read the input and the gradient in place: one for the
-//! output, one for `dx`, one for `dw` (then a sum over blocks), against `K` products, `K − 1`
-//! sums, two paddings and `K` reductions written through device memory.
+//! this file) each pass is kernels that read the input and the gradient in place: one launch
+//! for the output, one for `dx`, one for `dw` (then a sum over blocks), against `K` products,
+//! `K − 1` sums, two paddings and `K` reductions written through device memory.
 //!
 //! The CPU's forward pass is the tensor operations' (the same products and sums in the same
 //! order, without the zero tensor the sum started from), so the outputs are equal to the bit;
@@ -152,7 +152,7 @@ pub(crate) fn backward_by_ops<B: Backend>(
 }
 
 /// The convolution as backend operations: by tensor operations on the CPU (the default
-/// bodies), by the kernels of [`cube`] on cubecl's devices, where fusion records each as one
+/// bodies), by the kernels of `cube.rs` on cubecl's devices, where fusion records each as one
 /// operation; the autodiff decorator's pairs the two.
 #[backend_extension(
     Flex,

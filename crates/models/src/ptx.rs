@@ -304,7 +304,7 @@ fn convolution(
     props: &Arc<DeviceProperties>,
     target: &Arc<TargetProperties>,
 ) -> Vec<(&'static str, Kernel)> {
-    use crate::causal_conv::cube::{ROWS, forward_kernel, input_grad_kernel, weight_grad_kernel};
+    use crate::causal_conv::cube::{ROWS, taps_kernel, weight_grad_kernel};
     const CHANNELS: usize = 512;
     const TAPS: usize = 4;
     let x = || tensor(&[BATCH, SEQ, CHANNELS]);
@@ -315,7 +315,7 @@ fn convolution(
     vec![
         (
             "causal_conv_forward",
-            Box::new(forward_kernel::create_dummy_kernel(
+            Box::new(taps_kernel::create_dummy_kernel(
                 props.clone(),
                 target.clone(),
                 count.clone(),
@@ -324,11 +324,12 @@ fn convolution(
                 weight(),
                 x(),
                 TAPS,
+                false,
             )),
         ),
         (
             "causal_conv_dx",
-            Box::new(input_grad_kernel::create_dummy_kernel(
+            Box::new(taps_kernel::create_dummy_kernel(
                 props.clone(),
                 target.clone(),
                 count,
@@ -337,6 +338,7 @@ fn convolution(
                 weight(),
                 x(),
                 TAPS,
+                true,
             )),
         ),
         (

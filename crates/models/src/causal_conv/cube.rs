@@ -1,11 +1,12 @@
-//! The convolution's kernels on cubecl's backends (`cuda`, `cube-cpu`): one for the output,
-//! two for the gradients, each reading the input (or the output's gradient) where it lies,
-//! through its strides, so neither a padded copy nor a window per tap is ever written.
+//! The convolution's kernels on cubecl's backends (`cuda`, `cube-cpu`): one that sums the taps
+//! (launched for the output and for the input's gradient) and one for the weight's gradient,
+//! each reading the input (or the output's gradient) where it lies, through its strides, so
+//! neither a padded copy nor a window per tap is ever written.
 //!
-//! - **forward** (a unit per output element): `Σ_i w[c, i] · x_{t−K+1+i}[c]` over the taps
-//!   whose step is inside the sequence, in the taps' order (the tensor operations' order).
-//! - **input's gradient** (a unit per element): `Σ_i w[c, i] · dout_{s+K−1−i}[c]` over the
-//!   taps whose step is inside the sequence.
+//! - **output and input's gradient** (one kernel, a unit per element): the output's
+//!   `Σ_i w[c, i] · x_{t−K+1+i}[c]` or the input gradient's `Σ_i w[c, i] · dout_{s+K−1−i}[c]`,
+//!   over the taps whose step is inside the sequence, in the taps' order (the tensor
+//!   operations' order).
 //! - **weight's gradient** (a unit per channel and block of [`ROWS`] rows of `batch · seq`):
 //!   the block's sums of `x_{t−K+1+i}[c] · dout_t[c]` for each tap `i`, into a `[blocks,
 //!   channels, K]` tensor that one sum over its blocks then reduces; neighbouring units take
@@ -44,13 +45,17 @@ fn tap(weight: &Tensor<f32>, c: usize, i: usize) -> f32 {
     weight[c * weight.stride(0) + i * weight.stride(2)]
 }
 
-/// One output element per unit (the module docs).
+/// One element per unit of the output (`src` the input) or, `backward`, of the input's
+/// gradient (`src` the output's gradient): `Σ_i w[c, i] · src_{t−K+1+i}[c]`, or
+/// `Σ_i w[c, i] · src_{t+K−1−i}[c]`, over the taps whose step is inside the sequence, in the
+/// taps' order (the module docs).
 #[cube(launch, create_dummy_kernel)]
-pub(crate) fn forward_kernel(
-    x: &Tensor<f32>,
+pub(crate) fn taps_kernel(
+    src: &Tensor<f32>,
     weight: &Tensor<f32>,
     out: &mut Tensor<f32>,
     #[comptime] kernel: usize,
+    #[comptime] backward: bool,
 ) {
     let pos = ABSOLUTE_POS;
     if pos >= out.len() {
@@ -65,40 +70,16 @@ pub(crate) fn forward_kernel(
     let mut acc = 0.0f32;
     #[unroll]
     for i in 0..kernel {
-        if t + i >= comptime!(kernel - 1) {
-            acc += tap(weight, c, i) * at(x, b, t + i - comptime!(kernel - 1), c);
+        if backward {
+            let step = t + comptime!(kernel - 1 - i);
+            if step < seq {
+                acc += tap(weight, c, i) * at(src, b, step, c);
+            }
+        } else if t + i >= comptime!(kernel - 1) {
+            acc += tap(weight, c, i) * at(src, b, t + i - comptime!(kernel - 1), c);
         }
     }
     out[pos] = acc;
-}
-
-/// One element of the input's gradient per unit (the module docs).
-#[cube(launch, create_dummy_kernel)]
-pub(crate) fn input_grad_kernel(
-    grad: &Tensor<f32>,
-    weight: &Tensor<f32>,
-    grad_x: &mut Tensor<f32>,
-    #[comptime] kernel: usize,
-) {
-    let pos = ABSOLUTE_POS;
-    if pos >= grad_x.len() {
-        terminate!();
-    }
-    let (seq, channels) = (grad_x.shape(1), grad_x.shape(2));
-    let (b, s, c) = (
-        pos / (seq * channels),
-        (pos / channels) % seq,
-        pos % channels,
-    );
-    let mut acc = 0.0f32;
-    #[unroll]
-    for i in 0..kernel {
-        let step = s + comptime!(kernel - 1 - i);
-        if step < seq {
-            acc += tap(weight, c, i) * at(grad, b, step, c);
-        }
-    }
-    grad_x[pos] = acc;
 }
 
 /// One channel and block of `rows` rows per unit: the block's share of each tap's weight
@@ -177,7 +158,7 @@ impl CausalConvOps for CubeBackend {
             return out;
         }
         let (count, dim) = grid(&out, n);
-        forward_kernel::launch(
+        taps_kernel::launch(
             &out.client.clone(),
             count,
             dim,
@@ -185,6 +166,7 @@ impl CausalConvOps for CubeBackend {
             weight.into_tensor_arg(),
             out.clone().into_tensor_arg(),
             kernel,
+            false,
         );
         out
     }
@@ -211,7 +193,7 @@ impl CausalConvOps for CubeBackend {
         }
         let client = grad.client.clone();
         let (count, dim) = grid(&grad_x, n);
-        input_grad_kernel::launch(
+        taps_kernel::launch(
             &client,
             count,
             dim,
@@ -219,6 +201,7 @@ impl CausalConvOps for CubeBackend {
             weight.into_tensor_arg(),
             grad_x.clone().into_tensor_arg(),
             kernel,
+            true,
         );
         let blocks = (batch * seq).div_ceil(ROWS);
         let partial = empty_like(&grad, Shape::new([blocks, channels, kernel]));
