@@ -318,6 +318,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "cube-cpu")]
     /// The backward pass called directly: the gradients of `x` and the weight from `grad`.
     fn gradients(x: Tensor<3>, weight: Tensor<3>, grad: Tensor<3>) -> [Vec<f32>; 2] {
         let (grad_x, grad_weight) = <Dispatch as CausalConvOps>::causal_conv_backward(
@@ -331,6 +332,7 @@ mod tests {
         ]
     }
 
+    #[cfg(feature = "cube-cpu")]
     /// The middle third of a `[batch, seq, 3 · channels]` tensor: a view whose steps are three
     /// times its width apart, as Mamba-2's convolution input is a part of its projection.
     fn middle_third(wide: &Tensor<3>) -> Tensor<3> {
