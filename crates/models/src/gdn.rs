@@ -20,11 +20,13 @@ use burn::nn::{Embedding, Initializer, Linear, LinearConfig, RmsNorm, RmsNormCon
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, silu, softplus};
 
-use crate::config::{Family, ModelConfig, Scan};
+use crate::config::{Family, ModelConfig, Precision, Scan};
 use crate::delta_chunks::{ChunkInputs, delta_chunk_recurrence};
 use crate::error::ModelError;
+use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
 use crate::hidden::Tap;
+use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
 use crate::split::split_array;
@@ -241,8 +243,21 @@ impl GdnMlp {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        if x.device() == Device::flex() {
+            // On the CPU two products and separate operations, as the transformer's MLP keeps
+            // them there (docs/perf.md).
+            let gate = silu(self.gate_proj.forward(x.clone()));
+            return self.down_proj.forward(gate * self.up_proj.forward(x));
+        }
+        self.forward_packed(x)
+    }
+
+    /// [`Self::forward`] on cubecl's devices: one product with the two weights side by side,
+    /// and [`swiglu`] on its halves (one node that keeps only the packed product).
+    fn forward_packed(&self, x: Tensor<3>) -> Tensor<3> {
+        let projections = [&self.gate_proj, &self.up_proj];
+        let packed = mixed::side_by_side(Precision::F32, x, &projections);
+        self.down_proj.forward(swiglu(packed, GateHalf::First))
     }
 }
 
@@ -268,30 +283,83 @@ impl GatedDeltaNetLayer {
     /// - `x`: `[batch, seq, d]`
     /// - output: see [`DeltaRuleInputs`]
     pub fn delta_rule_inputs(&self, x: Tensor<3>) -> DeltaRuleInputs {
+        self.inputs_and_gate(x).0
+    }
+
+    /// [`Self::delta_rule_inputs`] and the output gate's projection (`[batch, seq, 96h]`): on
+    /// the CPU by each layer separately, on cubecl's devices by [`Self::inputs_and_gate_packed`].
+    fn inputs_and_gate(&self, x: Tensor<3>) -> (DeltaRuleInputs, Tensor<3>) {
+        if x.device() == Device::flex() {
+            // The packed product ran the CPU's step no faster and raised its peak memory by 4 %
+            // at d512 (docs/perf.md).
+            return self.inputs_and_gate_separately(x);
+        }
+        self.inputs_and_gate_packed(x)
+    }
+
+    /// [`Self::inputs_and_gate`] by six products and three convolutions, each its own layer's.
+    fn inputs_and_gate_separately(&self, x: Tensor<3>) -> (DeltaRuleInputs, Tensor<3>) {
         let [batch, seq, _] = x.dims();
         let h = self.n_heads;
         let heads = |t: Tensor<3>, dim: usize| -> Tensor<4> { t.reshape([batch, seq, h, dim]) };
-        let q = heads(
-            silu(self.q_conv1d.forward(self.q_proj.forward(x.clone()))),
-            KEY_HEAD_DIM,
-        );
-        let k = heads(
-            silu(self.k_conv1d.forward(self.k_proj.forward(x.clone()))),
-            KEY_HEAD_DIM,
-        );
-        let v = heads(
-            silu(self.v_conv1d.forward(self.v_proj.forward(x.clone()))),
-            VALUE_HEAD_DIM,
-        );
+        let conv = |conv: &CausalConv1d, proj: &Linear| silu(conv.forward(proj.forward(x.clone())));
+        let q = heads(conv(&self.q_conv1d, &self.q_proj), KEY_HEAD_DIM);
+        let k = heads(conv(&self.k_conv1d, &self.k_proj), KEY_HEAD_DIM);
+        let v = heads(conv(&self.v_conv1d, &self.v_proj), VALUE_HEAD_DIM);
+        let beta = self.b_proj.forward(x.clone());
+        let a = self.a_proj.forward(x.clone());
+        let gate = self.g_proj.forward(x);
+        (self.delta_rule_inputs_from(q, k, v, a, beta), gate)
+    }
+
+    /// [`Self::inputs_and_gate`] with the six projections of `x` as one product with their
+    /// weights side by side, and the three convolutions as one over `q`, `k` and `v` side by
+    /// side (each channel has its own taps, so the result is theirs): one product, one
+    /// convolution and one `silu` where there were six, three and three, and one gradient for
+    /// `x` from the product instead of six added.
+    fn inputs_and_gate_packed(&self, x: Tensor<3>) -> (DeltaRuleInputs, Tensor<3>) {
+        let [batch, seq, _] = x.dims();
+        let h = self.n_heads;
+        let (key_dim, value_dim) = (h * KEY_HEAD_DIM, h * VALUE_HEAD_DIM);
+        let projections = [
+            &self.q_proj,
+            &self.k_proj,
+            &self.v_proj,
+            &self.a_proj,
+            &self.b_proj,
+            &self.g_proj,
+        ];
+        let packed = mixed::side_by_side(Precision::F32, x, &projections);
+        let [qkv, a, b, gate] = split_array(packed, 2, &[2 * key_dim + value_dim, h, h, value_dim]);
+        let convolutions = [&self.q_conv1d, &self.k_conv1d, &self.v_conv1d];
+        let qkv = silu(CausalConv1d::side_by_side(&convolutions, qkv));
+        let [q, k, v] = split_array(qkv, 2, &[key_dim, key_dim, value_dim]);
+        let heads = |t: Tensor<3>, dim: usize| -> Tensor<4> { t.reshape([batch, seq, h, dim]) };
+        let (q, k) = (heads(q, KEY_HEAD_DIM), heads(k, KEY_HEAD_DIM));
+        let v = heads(v, VALUE_HEAD_DIM);
+        (self.delta_rule_inputs_from(q, k, v, a, b), gate)
+    }
+
+    /// Steps 3–5 of spec B.3 from the convolved `q`, `k`, `v` (`[batch, seq, h, ·]`) and the
+    /// projections `a` and `b` (`[batch, seq, h]`).
+    fn delta_rule_inputs_from(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        a: Tensor<3>,
+        b: Tensor<3>,
+    ) -> DeltaRuleInputs {
+        let h = self.n_heads;
         let q = l2_normalize(q) * (1.0 / (KEY_HEAD_DIM as f64).sqrt());
         let k = l2_normalize(k);
-        let mut beta = sigmoid(self.b_proj.forward(x.clone())); // [batch, seq, h]
+        let mut beta = sigmoid(b); // [batch, seq, h]
         if self.allow_neg_eigval {
             beta = beta * 2.0;
         }
         let dt_bias = self.dt_bias.val().reshape([1, 1, h]);
         let rate = self.a_log.val().exp().reshape([1, 1, h]);
-        let g = (softplus(self.a_proj.forward(x) + dt_bias, 1.0) * rate).neg();
+        let g = (softplus(a + dt_bias, 1.0) * rate).neg();
         DeltaRuleInputs { q, k, v, beta, g }
     }
 
@@ -303,15 +371,12 @@ impl GatedDeltaNetLayer {
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [batch, seq, _] = x.dims();
         let h = self.n_heads;
-        let inputs = self.delta_rule_inputs(x.clone());
+        let (inputs, gate) = self.inputs_and_gate(x);
         let o = match self.scan {
             Scan::Sequential => delta_rule_sequential(&inputs),
             Scan::Chunked => delta_rule_chunked(&inputs, self.chunk_size),
         }; // [batch, seq, h, 96]
-        let gate: Tensor<4> = self
-            .g_proj
-            .forward(x)
-            .reshape([batch, seq, h, VALUE_HEAD_DIM]);
+        let gate: Tensor<4> = gate.reshape([batch, seq, h, VALUE_HEAD_DIM]);
         let o = self.o_norm.forward(o) * silu(gate);
         self.o_proj
             .forward(o.reshape([batch, seq, h * VALUE_HEAD_DIM]))
@@ -487,6 +552,99 @@ pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Size;
+    use burn::tensor::Distribution;
+
+    /// The mixer's six projections as one product and its three convolutions as one (the path of
+    /// cubecl's devices, run here on the CPU) give the separate layers' q, k, v, β, decay and
+    /// gate, and the same gradients for the input and for the weights of a projection and a
+    /// convolution of each kind, to rounding (the packed product adds the same terms, perhaps
+    /// blocked otherwise).
+    #[test]
+    fn the_packed_projections_are_the_separate_layers() {
+        let _rng = crate::rng::rng_lock();
+        let device = Device::flex().autodiff();
+        device.seed(41);
+        let model = GatedDeltaNet::init(&ModelConfig::new(Family::Gdn, Size::D128), &device)
+            .expect("gdn d128");
+        let layer = &model.backbone.layers[0].attn;
+        let normal = Distribution::Normal(0.0, 1.0);
+        let x = Tensor::<3>::random([2, 9, 128], normal, &device);
+        let run = |f: &dyn Fn(Tensor<3>) -> (DeltaRuleInputs, Tensor<3>)| {
+            let x = x.clone().detach().require_grad();
+            let (inputs, gate) = f(x.clone());
+            let parts = [inputs.q, inputs.k, inputs.v].map(|t| t.reshape([-1]));
+            let others = [inputs.beta, inputs.g, gate].map(|t| t.reshape([-1]));
+            let out: Tensor<1> = Tensor::cat([parts, others].concat(), 0);
+            let n = out.dims()[0];
+            let r = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0);
+            let r = Tensor::<1>::from_data(TensorData::new(r.collect::<Vec<_>>(), [n]), &device);
+            let grads = (out.clone() * r).sum().backward();
+            let values = |t: TensorData| t.try_to_vec::<f32>().expect("f32");
+            let grad = |p: Tensor<2>| values(p.grad(&grads).expect("tracked").into_data());
+            let conv = layer.v_conv1d.weight.val().grad(&grads).expect("tracked");
+            [
+                values(out.inner().into_data()),
+                values(x.grad(&grads).expect("tracked").into_data()),
+                grad(layer.k_proj.weight.val()),
+                grad(layer.a_proj.weight.val()),
+                grad(layer.g_proj.weight.val()),
+                values(conv.into_data()),
+            ]
+        };
+        let want = run(&|x| layer.inputs_and_gate_separately(x));
+        let got = run(&|x| layer.inputs_and_gate_packed(x));
+        let names = ["outputs", "x", "k_proj", "a_proj", "g_proj", "v_conv1d"];
+        for ((got, want), name) in got.iter().zip(&want).zip(names) {
+            assert_eq!(got.len(), want.len(), "{name}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name}[{i}]: {g} against {w}"
+                );
+            }
+        }
+    }
+
+    /// The MLP's packed product and `swiglu` (the path of cubecl's devices, run here on the CPU)
+    /// give the CPU's two products' output and gradients for the input and every weight, to
+    /// rounding.
+    #[test]
+    fn the_packed_mlp_is_the_two_products() {
+        let _rng = crate::rng::rng_lock();
+        let device = Device::flex().autodiff();
+        device.seed(43);
+        let model = GatedDeltaNet::init(&ModelConfig::new(Family::Gdn, Size::D128), &device)
+            .expect("gdn d128");
+        let mlp = &model.backbone.layers[0].mlp;
+        let x = Tensor::<3>::random([2, 9, 128], Distribution::Normal(0.0, 1.0), &device);
+        let run = |f: &dyn Fn(Tensor<3>) -> Tensor<3>| {
+            let x = x.clone().detach().require_grad();
+            let out = f(x.clone());
+            let grads = (out.clone() * out.clone()).sum().backward();
+            let values = |t: TensorData| t.try_to_vec::<f32>().expect("f32");
+            let grad = |p: Tensor<2>| values(p.grad(&grads).expect("tracked").into_data());
+            [
+                values(out.inner().into_data()),
+                values(x.grad(&grads).expect("tracked").into_data()),
+                grad(mlp.gate_proj.weight.val()),
+                grad(mlp.up_proj.weight.val()),
+                grad(mlp.down_proj.weight.val()),
+            ]
+        };
+        let want = run(&|x| mlp.forward(x));
+        let got = run(&|x| mlp.forward_packed(x));
+        let names = ["output", "x", "gate_proj", "up_proj", "down_proj"];
+        for ((got, want), name) in got.iter().zip(&want).zip(names) {
+            assert_eq!(got.len(), want.len(), "{name}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name}[{i}]: {g} against {w}"
+                );
+            }
+        }
+    }
 
     /// `(I + A) T − I` at its largest, and `T`'s largest entry, for `A` given row by row.
     fn residual_and_size(a: &[f32], chunk: usize) -> (f32, f32) {

@@ -55,6 +55,29 @@ pub fn column_groups<const D: usize>(
         .collect()
 }
 
+/// The outputs of several `Linear`s of the same input side by side, as one product with their
+/// weights side by side (concatenated on each call, a `[d_in, Σ d_out]` copy whose backward
+/// pass hands each weight its columns of the gradient), in `precision` as [`linear`]. A layer
+/// without a bias adds zeros where others have one.
+///
+/// # Shapes
+/// - `x`: `[.., d_in]`; output: `[.., Σ d_out]`, the layers' columns in their order
+pub fn side_by_side<const D: usize>(
+    precision: Precision,
+    x: Tensor<D>,
+    linears: &[&Linear],
+) -> Tensor<D> {
+    let weight = Tensor::cat(linears.iter().map(|l| l.weight.val()).collect(), 1);
+    let bias = linears.iter().any(|l| l.bias.is_some()).then(|| {
+        let part = |l: &&Linear| match &l.bias {
+            Some(b) => b.val(),
+            None => Tensor::zeros([l.weight.dims()[1]], &x.device()),
+        };
+        Tensor::cat(linears.iter().map(part).collect(), 0)
+    });
+    product(precision, x, weight, bias)
+}
+
 /// `x · weight + bias` in `precision` (see [`linear`]).
 fn product<const D: usize>(
     precision: Precision,

@@ -59,6 +59,25 @@ impl CausalConv1d {
             None => out,
         }
     }
+
+    /// Several bias-free convolutions over their inputs side by side, as one convolution with
+    /// their weights side by side: each channel has its own taps, so each input's channels
+    /// come out as its own convolution would give them.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, Σ channels]`, the convolutions' inputs in their order
+    /// - output: the same
+    ///
+    /// # Panics
+    /// Where one of them has a bias: the layers that call it are built without.
+    pub fn side_by_side(convolutions: &[&CausalConv1d], x: Tensor<3>) -> Tensor<3> {
+        assert!(
+            convolutions.iter().all(|c| c.bias.is_none()),
+            "convolutions side by side have no bias"
+        );
+        let weight = Tensor::cat(convolutions.iter().map(|c| c.weight.val()).collect(), 0);
+        causal_conv(x, weight)
+    }
 }
 
 /// `softplus⁻¹(y) = y + log(−expm1(−y))`, in f64.
