@@ -555,6 +555,30 @@ mod tests {
     use crate::config::Size;
     use burn::tensor::Distribution;
 
+    /// A `gdn` d128 model on the CPU with autodiff, its weights drawn from `seed`, and a
+    /// `[2, 9, 128]` input.
+    fn model_and_input(seed: u64) -> (GatedDeltaNet, Tensor<3>) {
+        let device = Device::flex().autodiff();
+        device.seed(seed);
+        let model = GatedDeltaNet::init(&ModelConfig::new(Family::Gdn, Size::D128), &device)
+            .expect("gdn d128");
+        let x = Tensor::<3>::random([2, 9, 128], Distribution::Normal(0.0, 1.0), &device);
+        (model, x)
+    }
+
+    /// Each of `got`'s lists within 10⁻⁵ (relative beyond 1) of `want`'s, named by `names`.
+    fn assert_close_lists(got: &[Vec<f32>], want: &[Vec<f32>], names: &[&str]) {
+        for ((got, want), name) in got.iter().zip(want).zip(names) {
+            assert_eq!(got.len(), want.len(), "{name}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name}[{i}]: {g} against {w}"
+                );
+            }
+        }
+    }
+
     /// The mixer's six projections as one product and its three convolutions as one (the path of
     /// cubecl's devices, run here on the CPU) give the separate layers' q, k, v, β, decay and
     /// gate, and the same gradients for the input and for the weights of a projection and a
@@ -563,13 +587,8 @@ mod tests {
     #[test]
     fn the_packed_projections_are_the_separate_layers() {
         let _rng = crate::rng::rng_lock();
-        let device = Device::flex().autodiff();
-        device.seed(41);
-        let model = GatedDeltaNet::init(&ModelConfig::new(Family::Gdn, Size::D128), &device)
-            .expect("gdn d128");
+        let (model, x) = model_and_input(41);
         let layer = &model.backbone.layers[0].attn;
-        let normal = Distribution::Normal(0.0, 1.0);
-        let x = Tensor::<3>::random([2, 9, 128], normal, &device);
         let run = |f: &dyn Fn(Tensor<3>) -> (DeltaRuleInputs, Tensor<3>)| {
             let x = x.clone().detach().require_grad();
             let (inputs, gate) = f(x.clone());
@@ -578,7 +597,8 @@ mod tests {
             let out: Tensor<1> = Tensor::cat([parts, others].concat(), 0);
             let n = out.dims()[0];
             let r = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0);
-            let r = Tensor::<1>::from_data(TensorData::new(r.collect::<Vec<_>>(), [n]), &device);
+            let r =
+                Tensor::<1>::from_data(TensorData::new(r.collect::<Vec<_>>(), [n]), &x.device());
             let grads = (out.clone() * r).sum().backward();
             let values = |t: TensorData| t.try_to_vec::<f32>().expect("f32");
             let grad = |p: Tensor<2>| values(p.grad(&grads).expect("tracked").into_data());
@@ -595,15 +615,7 @@ mod tests {
         let want = run(&|x| layer.inputs_and_gate_separately(x));
         let got = run(&|x| layer.inputs_and_gate_packed(x));
         let names = ["outputs", "x", "k_proj", "a_proj", "g_proj", "v_conv1d"];
-        for ((got, want), name) in got.iter().zip(&want).zip(names) {
-            assert_eq!(got.len(), want.len(), "{name}");
-            for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                    "{name}[{i}]: {g} against {w}"
-                );
-            }
-        }
+        assert_close_lists(&got, &want, &names);
     }
 
     /// The MLP's packed product and `swiglu` (the path of cubecl's devices, run here on the CPU)
@@ -612,12 +624,8 @@ mod tests {
     #[test]
     fn the_packed_mlp_is_the_two_products() {
         let _rng = crate::rng::rng_lock();
-        let device = Device::flex().autodiff();
-        device.seed(43);
-        let model = GatedDeltaNet::init(&ModelConfig::new(Family::Gdn, Size::D128), &device)
-            .expect("gdn d128");
+        let (model, x) = model_and_input(43);
         let mlp = &model.backbone.layers[0].mlp;
-        let x = Tensor::<3>::random([2, 9, 128], Distribution::Normal(0.0, 1.0), &device);
         let run = |f: &dyn Fn(Tensor<3>) -> Tensor<3>| {
             let x = x.clone().detach().require_grad();
             let out = f(x.clone());
@@ -635,15 +643,7 @@ mod tests {
         let want = run(&|x| mlp.forward(x));
         let got = run(&|x| mlp.forward_packed(x));
         let names = ["output", "x", "gate_proj", "up_proj", "down_proj"];
-        for ((got, want), name) in got.iter().zip(&want).zip(names) {
-            assert_eq!(got.len(), want.len(), "{name}");
-            for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                    "{name}[{i}]: {g} against {w}"
-                );
-            }
-        }
+        assert_close_lists(&got, &want, &names);
     }
 
     /// `(I + A) T − I` at its largest, and `T`'s largest entry, for `A` given row by row.
