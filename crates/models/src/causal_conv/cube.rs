@@ -22,6 +22,7 @@ use burn::cubecl::calculate_cube_count_elemwise;
 use burn::cubecl::prelude::*;
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::untile;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -152,6 +153,9 @@ impl CausalConvOps for CubeBackend {
         if !fits(&[&x, &weight], kernel) {
             return forward_by_ops::<CubeBackend>(x, weight);
         }
+        // A storage-tiled tensor (laid out for a matrix product) is read as rows only after
+        // un-tiling; any other is read where it lies.
+        let (x, weight) = (untile(x), untile(weight));
         let out = empty_like(&x, x.meta.shape().clone());
         let n = out.meta.shape().num_elements();
         if n == 0 {
@@ -180,6 +184,7 @@ impl CausalConvOps for CubeBackend {
         if !fits(&[&x, &weight, &grad], kernel) {
             return backward_by_ops::<CubeBackend>(x, weight, grad);
         }
+        let (x, weight, grad) = (untile(x), untile(weight), untile(grad));
         let [batch, seq, _] = grad.meta.shape().dims::<3>();
         let grad_x = empty_like(&grad, grad.meta.shape().clone());
         let n = grad_x.meta.shape().num_elements();
