@@ -298,8 +298,9 @@ fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -
     ))
 }
 
-/// The short convolution's three kernels, as `causal_conv::cube` launches them on a
-/// `[batch, seq, 512]` input with 4 taps (Gated DeltaNet's at d512).
+/// The short convolution's three launches, as `causal_conv::cube` makes them on a
+/// `[batch, seq, 512]` input with 4 taps (Gated DeltaNet's at d512): the taps' sums for the
+/// output and for the input's gradient, and the weight's gradient.
 fn convolution(
     props: &Arc<DeviceProperties>,
     target: &Arc<TargetProperties>,
