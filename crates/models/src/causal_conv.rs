@@ -242,7 +242,7 @@ impl<B: Backend + CausalConvOps, C: CheckpointStrategy> CausalConvOps for Autodi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use burn::tensor::Distribution;
 
@@ -285,7 +285,8 @@ mod tests {
         ]
     }
 
-    fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    /// `got` within 10⁻⁵ (relative beyond 1) of `want`, element by element.
+    pub(crate) fn assert_close(got: &[f32], want: &[f32], what: &str) {
         assert_eq!(got.len(), want.len(), "{what}: length");
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
             assert!(

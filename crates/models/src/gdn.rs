@@ -569,13 +569,7 @@ mod tests {
     /// Each of `got`'s lists within 10⁻⁵ (relative beyond 1) of `want`'s, named by `names`.
     fn assert_close_lists(got: &[Vec<f32>], want: &[Vec<f32>], names: &[&str]) {
         for ((got, want), name) in got.iter().zip(want).zip(names) {
-            assert_eq!(got.len(), want.len(), "{name}");
-            for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                    "{name}[{i}]: {g} against {w}"
-                );
-            }
+            crate::causal_conv::tests::assert_close(got, want, name);
         }
     }
 
