@@ -29,6 +29,7 @@ use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
+use crate::rms_norm::rms_norm;
 use crate::split::split_array;
 
 /// Epsilon of every RMSNorm in the family (`norm_eps`).
@@ -215,7 +216,7 @@ impl StateModel for GatedDeltaNet {
         }
         tap.at(
             self.backbone.layers.len() + 1,
-            self.backbone.norm.forward(x),
+            rms_norm(&self.backbone.norm, x),
         )
     }
 
@@ -233,8 +234,8 @@ impl GdnBlock {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let x = x.clone() + self.attn.forward(self.attn_norm.forward(x));
-        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
+        let x = x.clone() + self.attn.forward(rms_norm(&self.attn_norm, x));
+        x.clone() + self.mlp.forward(rms_norm(&self.mlp_norm, x))
     }
 }
 
@@ -377,7 +378,7 @@ impl GatedDeltaNetLayer {
             Scan::Chunked => delta_rule_chunked(&inputs, self.chunk_size),
         }; // [batch, seq, h, 96]
         let gate: Tensor<4> = gate.reshape([batch, seq, h, VALUE_HEAD_DIM]);
-        let o = self.o_norm.forward(o) * silu(gate);
+        let o = rms_norm(&self.o_norm, o) * silu(gate);
         self.o_proj
             .forward(o.reshape([batch, seq, h * VALUE_HEAD_DIM]))
     }

@@ -57,6 +57,7 @@ mod model;
 #[cfg(feature = "cuda")]
 pub mod ptx;
 mod recurrent;
+mod rms_norm;
 mod rng;
 mod rope;
 mod slice;

@@ -40,6 +40,7 @@ use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init, scalar_decay_scan};
+use crate::rms_norm::rms_norm;
 use crate::split::split_array;
 
 /// Epsilon of every RMSNorm in the family.
@@ -269,7 +270,7 @@ impl StateModel for Mamba {
         for (i, layer) in self.layers.iter().enumerate() {
             x = tap.at(i + 1, layer.forward(x));
         }
-        tap.at(self.layers.len() + 1, self.final_norm.forward(x))
+        tap.at(self.layers.len() + 1, rms_norm(&self.final_norm, x))
     }
 
     fn blocks(&self) -> usize {
@@ -290,13 +291,13 @@ impl MambaBlock {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let normed = self.norm.forward(x.clone());
+        let normed = rms_norm(&self.norm, x.clone());
         let mixed = match &self.mixer {
             Mixer::Mamba2(mixer) => mixer.forward(normed),
             Mixer::Mamba3(mixer) => mixer.forward(normed),
         };
         let x = x + mixed;
-        x.clone() + self.mlp.forward(self.norm2.forward(x))
+        x.clone() + self.mlp.forward(rms_norm(&self.norm2, x))
     }
 }
 
@@ -369,9 +370,7 @@ impl Mamba2Mixer {
         let y: Tensor<4> = scalar_decay_scan(log_decay, c, b, v, self.scan, self.chunk_size)
             .reshape([batch, seq, h, p]);
         let y = y + xs * self.d.val().reshape([1, 1, h, 1]);
-        let y = self
-            .norm
-            .forward(y.reshape([batch, seq, d_inner]) * silu(z));
+        let y = rms_norm(&self.norm, y.reshape([batch, seq, d_inner]) * silu(z));
         mixed::linear(self.precision, &self.out_proj, y)
     }
 }
@@ -465,7 +464,7 @@ impl Mamba3Mixer {
             Pairing::Adjacent
         };
         let project = |t: Tensor<3>, norm: &RmsNorm, bias: &Param<Tensor<3>>| -> Tensor<5> {
-            let normed: Tensor<5> = norm.forward(t.reshape([batch, seq, 1, r, n]));
+            let normed: Tensor<5> = rms_norm(norm, t.reshape([batch, seq, 1, r, n]));
             let biased = normed + bias.val().reshape([1, 1, h, r, n]);
             rotate(biased, theta.clone(), pairing)
         };

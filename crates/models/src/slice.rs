@@ -18,6 +18,7 @@ use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
 use crate::model::StateModel;
+use crate::rms_norm::rms_norm;
 use crate::split::{split_array, windows_array};
 
 /// Epsilon of the layers' RMSNorms.
@@ -137,9 +138,9 @@ impl SliceLayer {
     /// - `x`: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let mixed = self.slice.forward(self.norm1.forward(x.clone()));
+        let mixed = self.slice.forward(rms_norm(&self.norm1, x.clone()));
         let x = x + dropout(&self.dropout, mixed);
-        let hidden = gelu(self.mlp_in.forward(self.norm2.forward(x.clone())));
+        let hidden = gelu(self.mlp_in.forward(rms_norm(&self.norm2, x.clone())));
         x + dropout(&self.dropout, self.mlp_out.forward(hidden))
     }
 }

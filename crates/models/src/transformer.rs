@@ -20,6 +20,7 @@ use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_l
 use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
+use crate::rms_norm::rms_norm;
 use crate::rope::{RopeTables, rope_tables};
 
 /// Epsilon of every RMSNorm in the Transformer.
@@ -143,7 +144,7 @@ impl StateModel for Transformer {
         for (i, block) in self.blocks.iter().enumerate() {
             x = tap.at(i + 1, block.forward(x, &rope, &causal));
         }
-        tap.at(self.blocks.len() + 1, self.final_norm.forward(x))
+        tap.at(self.blocks.len() + 1, rms_norm(&self.final_norm, x))
     }
 
     fn blocks(&self) -> usize {
@@ -165,9 +166,9 @@ impl Block {
     pub fn forward(&self, x: Tensor<3>, rope: &RopeTables, causal: &Tensor<2, Bool>) -> Tensor<3> {
         let attended = self
             .attn
-            .forward(self.norm1.forward(x.clone()), rope, causal);
+            .forward(rms_norm(&self.norm1, x.clone()), rope, causal);
         let x = x + dropout(&self.dropout, attended);
-        let mixed = self.mlp.forward(self.norm2.forward(x.clone()));
+        let mixed = self.mlp.forward(rms_norm(&self.norm2, x.clone()));
         x + dropout(&self.dropout, mixed)
     }
 }
