@@ -1,7 +1,7 @@
 //! The norm's kernels on cubecl's backends (`cuda`, `cube-cpu`): rows of `[rows, width]` taken
-//! [`ROWS_PER_CUBE`] to a cube, [`LANES`] units to a row, each unit walking the columns `lane,
-//! lane + LANES, …` (so a row's units read neighbouring columns together) and the row's sums
-//! met in shared memory.
+//! several to a cube, on a GPU 32 units to a row ([`SHARED_ROWS`]), each unit walking the
+//! columns `lane, lane + 32, …` (so a row's units read neighbouring columns together) and the
+//! row's sums met in shared memory; on cubecl's CPU runtime a unit to a row ([`UNIT_ROWS`]).
 //!
 //! - **forward** (one launch): each row's `Σ x²`, then `x / rms ∘ γ` over the row's columns.
 //! - **backward** (two launches, then a sum over blocks): each row's `Σ x²` and `Σ g ∘ x`
@@ -26,11 +26,36 @@ use burn_cubecl::tensor::CubeTensor;
 
 use super::{RmsNormOps, backward_by_ops, forward_by_ops};
 
-/// Units that share a row.
-pub(crate) const LANES: usize = 32;
+/// How the row kernels lay rows out: units to a row, rows to a cube.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowLayout {
+    lanes: usize,
+    rows_per_cube: usize,
+}
 
-/// Rows a cube takes.
-pub(crate) const ROWS_PER_CUBE: usize = 8;
+/// A GPU's: 32 units to a row (a warp's width), their sums met in shared memory, 8 rows a cube.
+pub(crate) const SHARED_ROWS: RowLayout = RowLayout {
+    lanes: 32,
+    rows_per_cube: 8,
+};
+
+/// Where the runtime's planes are one unit wide (cubecl's CPU runtime): a unit to a row and no
+/// barrier. That runtime runs a kernel that waits at `sync_cube` with a thread per unit, each
+/// spinning at the barrier, so [`SHARED_ROWS`]' cube of 256 units took some 19 s a launch on
+/// two cores.
+pub(crate) const UNIT_ROWS: RowLayout = RowLayout {
+    lanes: 1,
+    rows_per_cube: 64,
+};
+
+/// The layout for `like`'s runtime.
+fn layout_for(like: &CubeTensor) -> RowLayout {
+    if like.client.properties().hardware.plane_size_max == 1 {
+        UNIT_ROWS
+    } else {
+        SHARED_ROWS
+    }
+}
 
 /// Rows a unit of `γ`'s gradient sums.
 pub(crate) const GAMMA_ROWS: usize = 64;
@@ -64,7 +89,7 @@ fn root(squares: f32, width: usize, eps: f32) -> f32 {
     f32::sqrt(squares / f32::cast_from(width) + eps)
 }
 
-/// `x / rms ∘ γ`: a cube per [`ROWS_PER_CUBE`] rows, [`LANES`] units per row (the module docs).
+/// `x / rms ∘ γ`: a cube per `rows_per_cube` rows, `lanes` units to a row (the module docs).
 #[cube(launch, create_dummy_kernel)]
 pub(crate) fn forward_kernel(
     x: &Tensor<f32>,
@@ -91,7 +116,9 @@ pub(crate) fn forward_kernel(
         }
     }
     squares[r * lanes + lane] = acc;
-    sync_cube();
+    if comptime!(lanes > 1) {
+        sync_cube();
+    }
     if valid {
         let rms = root(row_total(&squares, r, lanes), width, eps);
         for s in 0..steps {
@@ -137,7 +164,9 @@ pub(crate) fn backward_rows_kernel(
     }
     squares[r * lanes + lane] = square_acc;
     products[r * lanes + lane] = product_acc;
-    sync_cube();
+    if comptime!(lanes > 1) {
+        sync_cube();
+    }
     if valid {
         let rms = root(row_total(&squares, r, lanes), width, eps);
         let dot = row_total(&products, r, lanes) / rms / f32::cast_from(width);
@@ -194,11 +223,96 @@ fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
 }
 
 /// The launch of the row kernels over `rows` rows.
-fn row_grid(rows: usize) -> (CubeCount, CubeDim) {
+fn row_grid(rows: usize, layout: RowLayout) -> (CubeCount, CubeDim) {
     (
-        CubeCount::Static(rows.div_ceil(ROWS_PER_CUBE) as u32, 1, 1),
-        CubeDim::new_1d((LANES * ROWS_PER_CUBE) as u32),
+        CubeCount::Static(rows.div_ceil(layout.rows_per_cube) as u32, 1, 1),
+        CubeDim::new_1d((layout.lanes * layout.rows_per_cube) as u32),
     )
+}
+
+/// [`RmsNormOps::rms_norm`] by the forward kernel, rows laid out as `layout` says.
+pub(crate) fn forward_with(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    eps: f32,
+    layout: RowLayout,
+) -> CubeTensor {
+    // A storage-tiled tensor (laid out for a matrix product) is read as rows only after
+    // un-tiling; any other is read where it lies.
+    let (x, gamma) = (untile(x), untile(gamma));
+    let out = empty_like(&x, x.meta.shape().clone());
+    let [rows, width] = out.meta.shape().dims::<2>();
+    if rows * width == 0 {
+        return out;
+    }
+    let (count, dim) = row_grid(rows, layout);
+    forward_kernel::launch(
+        &out.client.clone(),
+        count,
+        dim,
+        x.into_tensor_arg(),
+        gamma.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        eps,
+        layout.lanes,
+        layout.rows_per_cube,
+    );
+    out
+}
+
+/// [`RmsNormOps::rms_norm_backward`] by the two backward kernels and a sum over blocks, rows
+/// laid out as `layout` says.
+pub(crate) fn backward_with(
+    x: CubeTensor,
+    gamma: CubeTensor,
+    grad: CubeTensor,
+    eps: f32,
+    layout: RowLayout,
+) -> (CubeTensor, CubeTensor) {
+    let (x, gamma, grad) = (untile(x), untile(gamma), untile(grad));
+    let [rows, width] = x.meta.shape().dims::<2>();
+    let grad_x = empty_like(&x, x.meta.shape().clone());
+    if rows * width == 0 {
+        let zeros = CubeBackend::float_zeros(
+            gamma.meta.shape().clone(),
+            &gamma.device,
+            burn::tensor::FloatDType::F32,
+        );
+        return (grad_x, zeros);
+    }
+    let client = x.client.clone();
+    let roots = empty_like(&x, Shape::new([rows]));
+    let (count, dim) = row_grid(rows, layout);
+    backward_rows_kernel::launch(
+        &client,
+        count,
+        dim,
+        x.clone().into_tensor_arg(),
+        gamma.into_tensor_arg(),
+        grad.clone().into_tensor_arg(),
+        grad_x.clone().into_tensor_arg(),
+        roots.clone().into_tensor_arg(),
+        eps,
+        layout.lanes,
+        layout.rows_per_cube,
+    );
+    let blocks = rows.div_ceil(GAMMA_ROWS);
+    let partial = empty_like(&x, Shape::new([blocks, width]));
+    let units = blocks * width;
+    let cube_dim = CubeDim::new(&client, units);
+    gamma_grad_kernel::launch(
+        &client,
+        calculate_cube_count_elemwise(&client, units, cube_dim),
+        cube_dim,
+        x.into_tensor_arg(),
+        grad.into_tensor_arg(),
+        roots.into_tensor_arg(),
+        partial.clone().into_tensor_arg(),
+        GAMMA_ROWS,
+    );
+    let grad_gamma =
+        CubeBackend::float_reshape(CubeBackend::float_sum_dim(partial, 0), Shape::new([width]));
+    (grad_x, grad_gamma)
 }
 
 // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
@@ -208,27 +322,8 @@ impl RmsNormOps for CubeBackend {
         if !fits(&[&x, &gamma]) {
             return forward_by_ops::<CubeBackend>(x, gamma, eps);
         }
-        // A storage-tiled tensor (laid out for a matrix product) is read as rows only after
-        // un-tiling; any other is read where it lies.
-        let (x, gamma) = (untile(x), untile(gamma));
-        let out = empty_like(&x, x.meta.shape().clone());
-        let [rows, width] = out.meta.shape().dims::<2>();
-        if rows * width == 0 {
-            return out;
-        }
-        let (count, dim) = row_grid(rows);
-        forward_kernel::launch(
-            &out.client.clone(),
-            count,
-            dim,
-            x.into_tensor_arg(),
-            gamma.into_tensor_arg(),
-            out.clone().into_tensor_arg(),
-            eps,
-            LANES,
-            ROWS_PER_CUBE,
-        );
-        out
+        let layout = layout_for(&x);
+        forward_with(x, gamma, eps, layout)
     }
 
     fn rms_norm_backward(
@@ -240,49 +335,69 @@ impl RmsNormOps for CubeBackend {
         if !fits(&[&x, &gamma, &grad]) {
             return backward_by_ops::<CubeBackend>(x, gamma, grad, eps);
         }
-        let (x, gamma, grad) = (untile(x), untile(gamma), untile(grad));
-        let [rows, width] = x.meta.shape().dims::<2>();
-        let grad_x = empty_like(&x, x.meta.shape().clone());
-        if rows * width == 0 {
-            let zeros = CubeBackend::float_zeros(
-                gamma.meta.shape().clone(),
-                &gamma.device,
-                burn::tensor::FloatDType::F32,
-            );
-            return (grad_x, zeros);
+        let layout = layout_for(&x);
+        backward_with(x, gamma, grad, eps, layout)
+    }
+}
+
+#[cfg(all(test, feature = "cube-cpu"))]
+mod tests {
+    use burn::backend::cubecl::Device as CubeDevice;
+    use burn::cubecl::future::block_on;
+    use burn::tensor::TensorData;
+
+    use super::*;
+    use crate::causal_conv::tests::assert_close;
+
+    /// Values in `[-2, 2]` of `shape` on `device`, scrambled by `salt`.
+    fn tensor<const D: usize>(shape: [usize; D], salt: u32, device: &CubeDevice) -> CubeTensor {
+        let n = shape.iter().product::<usize>() as u32;
+        let data = (0..n)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ salt) % 4001) as f32 / 1000.0 - 2.0)
+            .collect::<Vec<_>>();
+        CubeBackend::float_from_data(TensorData::new(data, shape), device)
+    }
+
+    fn values(t: CubeTensor) -> Vec<f32> {
+        let data = block_on(CubeBackend::float_into_data(t)).expect("read back");
+        data.try_to_vec::<f32>().expect("f32")
+    }
+
+    /// Both layouts compute what the tensor operations compute, whatever the runtime would
+    /// pick: the GPU's (32 units to a row, eight rows a cube) and the CPU runtime's, on rows
+    /// that end in a partial cube and widths under, over and not a multiple of 32.
+    #[test]
+    fn both_row_layouts_equal_the_tensor_operations() {
+        crate::device_by_name("cube-cpu").expect("cube-cpu");
+        let device = CubeDevice::Cpu(Default::default());
+        for (rows, width) in [(70, 37), (9, 96), (3, 5)] {
+            let x = tensor([rows, width], 3, &device);
+            let gamma = tensor([width], 5, &device);
+            let grad = tensor([rows, width], 7, &device);
+            let want = [
+                values(forward_by_ops::<CubeBackend>(
+                    x.clone(),
+                    gamma.clone(),
+                    1e-5,
+                )),
+                {
+                    let (dx, dg) = backward_by_ops::<CubeBackend>(
+                        x.clone(),
+                        gamma.clone(),
+                        grad.clone(),
+                        1e-5,
+                    );
+                    [values(dx), values(dg)].concat()
+                },
+            ];
+            for layout in [SHARED_ROWS, UNIT_ROWS] {
+                let out = forward_with(x.clone(), gamma.clone(), 1e-5, layout);
+                let (dx, dg) = backward_with(x.clone(), gamma.clone(), grad.clone(), 1e-5, layout);
+                let what = format!("{rows}×{width}, {layout:?}");
+                assert_close(&values(out), &want[0], &format!("{what}: output"));
+                let got = [values(dx), values(dg)].concat();
+                assert_close(&got, &want[1], &format!("{what}: dx and dγ"));
+            }
         }
-        let client = x.client.clone();
-        let roots = empty_like(&x, Shape::new([rows]));
-        let (count, dim) = row_grid(rows);
-        backward_rows_kernel::launch(
-            &client,
-            count,
-            dim,
-            x.clone().into_tensor_arg(),
-            gamma.into_tensor_arg(),
-            grad.clone().into_tensor_arg(),
-            grad_x.clone().into_tensor_arg(),
-            roots.clone().into_tensor_arg(),
-            eps,
-            LANES,
-            ROWS_PER_CUBE,
-        );
-        let blocks = rows.div_ceil(GAMMA_ROWS);
-        let partial = empty_like(&x, Shape::new([blocks, width]));
-        let units = blocks * width;
-        let cube_dim = CubeDim::new(&client, units);
-        gamma_grad_kernel::launch(
-            &client,
-            calculate_cube_count_elemwise(&client, units, cube_dim),
-            cube_dim,
-            x.into_tensor_arg(),
-            grad.into_tensor_arg(),
-            roots.into_tensor_arg(),
-            partial.clone().into_tensor_arg(),
-            GAMMA_ROWS,
-        );
-        let grad_gamma =
-            CubeBackend::float_reshape(CubeBackend::float_sum_dim(partial, 0), Shape::new([width]));
-        (grad_x, grad_gamma)
     }
 }
