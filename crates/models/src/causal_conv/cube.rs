@@ -132,7 +132,7 @@ fn fits(tensors: &[&CubeTensor], kernel: usize) -> bool {
 }
 
 /// A new contiguous `f32` tensor of `shape` on `like`'s device.
-fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
+pub(crate) fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
     empty_device_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
 }
 

@@ -21,10 +21,10 @@ use burn::cubecl::prelude::*;
 use burn::tensor::DType;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::untile;
-use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::{RmsNormOps, backward_by_ops, forward_by_ops};
+use crate::causal_conv::cube::empty_like;
 
 /// How the row kernels lay rows out: units to a row, rows to a cube.
 #[derive(Clone, Copy, Debug)]
@@ -215,11 +215,6 @@ pub(crate) fn gamma_grad_kernel(
 /// Whether the kernels take these tensors: `f32` alone.
 fn fits(tensors: &[&CubeTensor]) -> bool {
     tensors.iter().all(|t| t.dtype == DType::F32)
-}
-
-/// A new contiguous `f32` tensor of `shape` on `like`'s device.
-fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
-    empty_device_dtype(like.client.clone(), like.device.clone(), shape, DType::F32)
 }
 
 /// The launch of the row kernels over `rows` rows.
