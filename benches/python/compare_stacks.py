@@ -319,6 +319,7 @@ def row(arch, size, figures):
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
         f"{attention_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
+        + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
     firsts = [f["warmup_s"][0] for f in figures["cwm"] if f.get("warmup_s")]
     first = f"{statistics.median(firsts):.1f}" if firsts else ""

@@ -198,6 +198,8 @@ def main():
                 "seq": args.seq,
                 "stack": args.stack,
                 "step": step_protocol,
+                # What the reference stack ran in place of its usual kernels, if anything.
+                "stack_note": getattr(model, "stack_note", None),
                 "precision": precision,
                 "tokens_per_s": args.batch * args.seq / median,
                 "median_step_s": median,

@@ -377,6 +377,83 @@ fn a_stack_comparison_prewarms_cwm_s_cells_side_by_side_and_only_once() {
     assert_eq!(prewarmed[2]["update"], "ops");
 }
 
+/// Where FLA 0.5.0 refuses Gated DeltaNet's backward kernel in Triton (a Hopper GPU under
+/// Triton >= 3.4, fla#640), the reference stack refuses before any step unless told to time that
+/// kernel anyway, and the comparison's row then says what ran.
+#[test]
+fn the_reference_gdn_on_hopper_is_refused_or_timed_with_a_note_in_its_row() {
+    if !torch_and_slices() {
+        return;
+    }
+    // Against a stand-in for `fla.ops.common.chunk_o`'s two flags: FLA imports only under
+    // Triton 3.6, which this PyTorch does not bring.
+    let script = r#"
+import types, reference_stack as rs
+flags = lambda hopper: types.SimpleNamespace(IS_NVIDIA_HOPPER=hopper, TRITON_ABOVE_3_4_0=True)
+print(rs.fla_hopper_route(flags(False), False, None))
+print(rs.fla_hopper_route(flags(True), True, None))
+try:
+    rs.fla_hopper_route(flags(True), False, None)
+except rs.MissingLibrary as error:
+    print("refused:", error)
+hopper = flags(True)
+print(rs.fla_hopper_route(hopper, False, "triton"), hopper.IS_NVIDIA_HOPPER)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/models/python"),
+        )
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let note = "FLA's Triton gated backward on Hopper, gradients unchecked (fla#640)";
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "None", "elsewhere FLA runs as it is:\n{stdout}");
+    assert_eq!(lines[1], "FLA's gated backward by TileLang (Hopper)");
+    assert!(
+        lines[2].starts_with("refused: ")
+            && lines[2].contains("needs tilelang")
+            && lines[2].contains("CWM_REFERENCE_FLA_HOPPER=triton"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[3],
+        format!("{note} False"),
+        "the guard lifted:\n{stdout}"
+    );
+    assert!(stderr.contains(note), "said on stderr too: {stderr}");
+
+    // A reference process's note goes into its row's precision column.
+    let ws = Workspace::new("compare-stacks-note");
+    let json_out = ws.dir.join("figures.jsonl");
+    let (code, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &[]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(!table_row(&stdout, "slice_diag")[8].contains("fla#640"));
+    let noted: String = std::fs::read_to_string(&json_out)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+            if record["side"] == "torch" {
+                record["stack_note"] = note.into();
+            }
+            format!("{record}\n")
+        })
+        .collect();
+    std::fs::write(&json_out, noted).unwrap();
+    let (code, stdout, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &["--resume"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let cells = table_row(&stdout, "slice_diag");
+    assert!(
+        cells[8].ends_with(&format!("reference step, {note}")),
+        "{cells:?}"
+    );
+}
+
 #[test]
 fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
     if !require_python("torch", "pip install torch==2.15.0") {

@@ -7,7 +7,10 @@ for timing cwm against what the paper's runs actually executed (docs/gpu.md).
 * ``slice``, ``slice_diag``: ``slices.SLiCELayer`` from torch-slices 0.3.3 (pure PyTorch: a
   parallel associative scan in chunks of 256 steps), configured as the reference's presets.
 * ``gdn``, ``gdn_pos``: ``GatedDeltaNetModel`` from flash-linear-attention 0.5.0 (Triton
-  kernels; CUDA only), configured as the reference does, with the padding mask it passes.
+  kernels; CUDA only), configured as the reference does, with the padding mask it passes. On a
+  Hopper GPU (H100, H200) with Triton 3.4 or later, FLA 0.5.0 refuses its gated backward
+  kernel in Triton (it reports wrong results there, fla#640) and wants TileLang for it: see
+  ``fla_hopper_route``.
 * ``mamba2``, ``mamba3``: ``Mamba2`` and ``Mamba3`` (SISO) mixers inside ``Block`` and
   ``GatedMLP`` from mamba_ssm at the revision the reference pins (Triton kernels; CUDA only;
   Mamba-2's fused path also needs the ``causal_conv1d`` CUDA extension). The reference's
@@ -28,6 +31,7 @@ only PyTorch, Triton and nvcc can time the SISO and Mamba-2 training steps.
 import importlib
 import importlib.util
 import math
+import os
 import sys
 import types
 from functools import partial
@@ -143,12 +147,49 @@ class SliceRef(eager.Slice):
 # ---------------------------------------------------------------------------------------------
 # Gated DeltaNet (spec B.3) from flash-linear-attention
 
+FLA_PACKAGE = "flash-linear-attention==0.5.0 and fla-core==0.5.0 with Triton 3.6"
+
+# How Gated DeltaNet's backward pass runs where FLA refuses its Triton kernel (below).
+FLA_HOPPER_ENV = "CWM_REFERENCE_FLA_HOPPER"
+
+
+def fla_hopper_route(chunk_o, tilelang_installed, choice):
+    """Which kernel computes Gated DeltaNet's gated ``chunk_bwd_dqkwg`` on this machine, as a
+    note for the figures (``None`` where FLA runs as everywhere else).
+
+    FLA 0.5.0 (``fla.ops.common.chunk_o``, passed in as ``chunk_o``) raises in that function on
+    a Hopper GPU under Triton 3.4 or later, whose Triton kernel it reports as giving wrong
+    results there (fla#640), unless TileLang is installed, which it then dispatches to. TileLang
+    and its dependencies are some 79 MiB of wheels. With ``choice`` (``CWM_REFERENCE_FLA_HOPPER``)
+    ``triton`` the guard is lifted and FLA's Triton kernel runs: the kernel the reference runs on
+    other GPUs, timed here, its gradients unchecked on Hopper. Otherwise the refusal is raised
+    here, before any step, naming both ways."""
+    if not (chunk_o.IS_NVIDIA_HOPPER and chunk_o.TRITON_ABOVE_3_4_0):
+        return None
+    if tilelang_installed:
+        return "FLA's gated backward by TileLang (Hopper)"
+    if choice == "triton":
+        # The flag is read only by that guard at call time; the kernels' tuning configurations
+        # were chosen at import and stay Hopper's.
+        chunk_o.IS_NVIDIA_HOPPER = False
+        note = "FLA's Triton gated backward on Hopper, gradients unchecked (fla#640)"
+        print(f"reference_stack: {note}", file=sys.stderr)
+        return note
+    raise MissingLibrary(
+        "flash-linear-attention 0.5.0 refuses Gated DeltaNet's gated backward kernel in Triton on a "
+        "Hopper GPU under Triton >= 3.4 (fla#640) and needs tilelang installed; or set "
+        f"{FLA_HOPPER_ENV}=triton to time FLA's Triton kernel there, its gradients unchecked"
+    )
+
 
 class GatedDeltaNetRef(nn.Module):
     def __init__(self, d, layers, heads, allow_neg_eigval):
         super().__init__()
-        fla = _import(
-            "fla.models.gated_deltanet", "flash-linear-attention==0.5.0 and fla-core==0.5.0 with Triton 3.6"
+        fla = _import("fla.models.gated_deltanet", FLA_PACKAGE)
+        self.stack_note = fla_hopper_route(
+            _import("fla.ops.common.chunk_o", FLA_PACKAGE),
+            _module_importable("tilelang"),
+            os.environ.get(FLA_HOPPER_ENV),
         )
         config = fla.GatedDeltaNetConfig(
             attn_mode="chunk",
