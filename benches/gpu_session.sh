@@ -13,10 +13,11 @@
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
 #   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
 #      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
-#   3. compile: cwm's process of every cell of step 6, PREWARM at a time, so that their kernels
-#      compile side by side into the kernel cache (compare_stacks.py --prewarm; at most
-#      PREWARM_S seconds);
-#   4. transformer: the transformer's cells of step 6 (when FAMILIES has it), so that
+#   3. compile (with PREWARM set): cwm's process of every cell of step 6, PREWARM at a time, so
+#      that their kernels compile side by side into the kernel cache (compare_stacks.py
+#      --prewarm; at most PREWARM_S seconds);
+#   4. transformer: the transformer's cells of step 6 (when FAMILIES has it and PROFILE_SIZES is
+#      not empty), so that
 #   5. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
@@ -48,8 +49,11 @@
 # the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 10),
-# PROFILE_SIZES (d512,d128: step 5), PREWARM (6 processes at a time; 0 leaves step 3 out; each
-# holds its cell's GPU memory), PREWARM_S (300),
+# PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
+# time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
+# 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
+# memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
+# Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
 # MORE_SIZES (d256,d384: step 12; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
@@ -72,7 +76,7 @@ FAMILIES=${FAMILIES:-all}
 SIZES=${SIZES:-d128,d512}
 MORE_SIZES=${MORE_SIZES-d256,d384}
 PROFILE_SIZES=${PROFILE_SIZES-d512,d128}
-PREWARM=${PREWARM:-6}
+PREWARM=${PREWARM:-0}
 PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
@@ -138,6 +142,10 @@ fi
 # processes reuse the first ones' instead of tuning again in their warm-up steps: wall time
 # saved, no figure changed.
 export TRITON_CACHE_AUTOTUNING=1
+# FLA 0.5.0 wants TileLang (79 MiB of wheels, more than a call can bring beside cwm) for Gated
+# DeltaNet's backward pass on a Hopper GPU; this times its Triton kernel there instead, and the
+# rows say so.
+export CWM_REFERENCE_FLA_HOPPER=${CWM_REFERENCE_FLA_HOPPER-triton}
 
 # The kernel cache as one file for $OUT (nothing while it is empty: cwm's CPU backend keeps
 # none).
@@ -246,7 +254,9 @@ profile() {
 if [ "$PREWARM" -gt 0 ]; then
   STEP_CAP=$PREWARM_S compare compile "$FAMILIES" "$SIZES" 1 --prewarm "$PREWARM" --prewarm-only
 fi
-if [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,transformer,* ]]; then
+# The transformer's cells before the profile, whose cwm processes then find them tuned; without
+# a profile (PROFILE_SIZES empty) round1 takes them in FAMILIES' order like the rest.
+if [ -n "$PROFILE_SIZES" ] && { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,transformer,* ]]; }; then
   compare transformer transformer "$SIZES" 1
 fi
 profile

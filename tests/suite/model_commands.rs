@@ -520,6 +520,7 @@ fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
         ("SIZES", "d128"),
         ("MORE_SIZES", ""),
         ("PROFILE_SIZES", "d128"),
+        ("PREWARM", "2"),
         ("BATCH", "2"),
         ("SEQ", "8"),
         ("STEPS", "1"),
