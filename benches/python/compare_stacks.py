@@ -181,9 +181,11 @@ class Clock:
 
 
 def run(command, clock, env=None):
-    """The process's JSON line. Raises RuntimeError with the last line of its stderr, or
-    OutOfBudget when the budget, not --timeout, stopped it."""
+    """The process's JSON line. Raises RuntimeError with the last line of its stderr and the
+    process's wall time, or OutOfBudget when the budget, not --timeout, stopped it (saying on
+    stderr which process and after how long: a start-up's length is worth knowing even then)."""
     limit, by_budget = clock.process_limit()
+    started = time.monotonic()
     try:
         done = subprocess.run(
             command, check=False, capture_output=True, text=True, timeout=limit, env=env
@@ -191,13 +193,20 @@ def run(command, clock, env=None):
     except subprocess.TimeoutExpired:
         if by_budget:
             clock.closed = True
+            # The program, or the script that Python runs.
+            name = Path(command[1] if command[0] == sys.executable else command[0]).name
+            print(
+                f"compare_stacks: {name} stopped at the budget's end after "
+                f"{time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+            )
             raise OutOfBudget() from None
         raise RuntimeError(f"timed out after {limit:g} s (--timeout)") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or [
             f"exit status {done.returncode}"
         ]
-        raise RuntimeError(lines[-1].strip())
+        raise RuntimeError(f"{lines[-1].strip()} (after {time.monotonic() - started:.1f} s)")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -293,6 +293,17 @@ fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
     );
     assert!(stderr.contains("--resume to go on"), "{stderr}");
 
+    // A process still running at the budget's end is stopped, and stderr says which and when
+    // (PyTorch's import alone outlasts this budget).
+    let short = ["--rounds", "1", "--budget-s", "0.3"];
+    let fresh = ws.dir.join("short.jsonl");
+    let (code, out, stderr) = compare_stacks(&ws, "transformer", &fresh, &short);
+    assert_eq!(code, Some(3), "{out}\n{stderr}");
+    assert!(
+        stderr.contains(" stopped at the budget's end after "),
+        "{stderr}"
+    );
+
     // A process past --timeout fails its cell (status 1).
     let timeout = ["--rounds", "1", "--timeout", "0.01"];
     let (code, out, stderr) = compare_stacks(&ws, "transformer", &json_out, &timeout);
@@ -468,6 +479,16 @@ fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
         stderr.contains("compare_stacks: gdn d128 failed"),
         "{stderr}"
     );
+    // With how long the failing process ran: a start-up's length is worth knowing.
+    let failure = stderr
+        .lines()
+        .find(|line| line.starts_with("compare_stacks: gdn d128 failed"))
+        .unwrap();
+    let seconds = failure
+        .rsplit_once("(after ")
+        .and_then(|(_, rest)| rest.strip_suffix(" s)"))
+        .and_then(|s| s.parse::<f64>().ok());
+    assert!(seconds.is_some_and(|s| s > 0.0), "{failure}");
 }
 
 /// Only a build without the `cuda` feature lacks the device (a CUDA build has no such test).
