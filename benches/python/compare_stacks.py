@@ -112,7 +112,21 @@ def commands(args, arch, size):
 
 
 class OutOfBudget(Exception):
-    """The time budget ran out before the cell's processes were done."""
+    """The time budget ran out before the cell's processes were done; ``seconds``: how long the
+    process it stopped had run (``None`` when none was running)."""
+
+    def __init__(self, seconds=None):
+        super().__init__()
+        self.seconds = seconds
+
+    def say(self, what):
+        """On stderr, the stopped process ``what`` and how long it ran (a start-up's length is
+        worth knowing even then); nothing when none was stopped."""
+        if self.seconds is not None:
+            print(
+                f"compare_stacks: {what} stopped at the budget's end after {self.seconds:.1f} s",
+                file=sys.stderr,
+            )
 
 
 def cell_key(args, arch, size):
@@ -182,8 +196,7 @@ class Clock:
 
 def run(command, clock, env=None):
     """The process's JSON line. Raises RuntimeError with the last line of its stderr and the
-    process's wall time, or OutOfBudget when the budget, not --timeout, stopped it (saying on
-    stderr which process and after how long: a start-up's length is worth knowing even then)."""
+    process's wall time, or OutOfBudget when the budget, not --timeout, stopped it."""
     limit, by_budget = clock.process_limit()
     started = time.monotonic()
     try:
@@ -193,14 +206,7 @@ def run(command, clock, env=None):
     except subprocess.TimeoutExpired:
         if by_budget:
             clock.closed = True
-            # The program, or the script that Python runs.
-            name = Path(command[1] if command[0] == sys.executable else command[0]).name
-            print(
-                f"compare_stacks: {name} stopped at the budget's end after "
-                f"{time.monotonic() - started:.1f} s",
-                file=sys.stderr,
-            )
-            raise OutOfBudget() from None
+            raise OutOfBudget(time.monotonic() - started) from None
         raise RuntimeError(f"timed out after {limit:g} s (--timeout)") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()] or [
@@ -223,11 +229,14 @@ def measure_cell(args, arch, size, sink, clock, earlier):
             line = earlier.get(record_key(side_key, side, round_index + 1))
             if line is None:
                 begun = time.monotonic()
-                value = run(cell[side], clock)
+                what = f"{arch} {size} round {round_index + 1}: {side}"
+                try:
+                    value = run(cell[side], clock)
+                except OutOfBudget as stop:
+                    stop.say(what)
+                    raise
                 print(
-                    f"compare_stacks: {arch} {size} round {round_index + 1}: {side} "
-                    f"({time.monotonic() - begun:.1f} s)",
-                    file=sys.stderr,
+                    f"compare_stacks: {what} ({time.monotonic() - begun:.1f} s)", file=sys.stderr
                 )
                 line = {"side": side, "round": round_index + 1, "cell": side_key, **value}
                 if sink is not None:
@@ -268,7 +277,8 @@ def prewarm(args, cells, sink, clock):
         begun = time.monotonic()
         try:
             value = run(commands(args, arch, size)["prewarm"], clock, env)
-        except OutOfBudget:
+        except OutOfBudget as stop:
+            stop.say(f"prewarm {arch} {size}")
             return "not run: the time budget ran out"
         except (RuntimeError, ValueError) as error:
             print(f"compare_stacks: prewarm {arch} {size} failed: {error}", file=sys.stderr)
