@@ -4,15 +4,16 @@
 #   benches/gpu_session.sh SECONDS
 #
 # on the GPU machine (paths are from the repository root), with what docs/gpu.md says to bring:
-# target/cuda-offline/cwm-cuda.xz (docs/build-cuda-offline.sh) and target/reference-stack
+# target/cuda-offline/cwm-bench-cuda.xz (`BIN=cwm-bench docs/build-cuda-offline.sh`; or
+# cwm-cuda.xz, the whole cwm, without BIN) and target/reference-stack
 # (benches/python/reference_stack.sh fetch, then prebuild for the machine's PyTorch, else
 # install compiles causal-conv1d there for minutes). The measurements end within SECONDS of the
 # start; the installation counts towards them but is not cut short, so give the call itself a
 # minute more. In order, each step taking only what is left:
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
-#   2. cwm-cuda unpacked (once; its SHA-256 in the summary), the reference stack installed and
-#      the kernel cache unpacked (KERNEL_CACHE_IN, if there);
+#   2. the cwm binary unpacked (once; its name and SHA-256 in the summary), the reference stack
+#      installed and the kernel cache unpacked (KERNEL_CACHE_IN, if there);
 #   3. compile (with PREWARM set): cwm's process of every cell of step 6, PREWARM at a time, so
 #      that their kernels compile side by side into the kernel cache (compare_stacks.py
 #      --prewarm; at most PREWARM_S seconds);
@@ -55,7 +56,9 @@
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
 # MORE_SIZES (d256,d384: step 12; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
-# CWM (the cwm binary; target/cuda-offline/cwm-cuda), STACK (target/reference-stack; with
+# CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
+# target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
+# as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK (target/reference-stack; with
 # DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
 # (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
 # (target/kernel-cache.tar.xz: unpacked into KERNEL_CACHE when that folder is missing).
@@ -81,7 +84,15 @@ PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
-CWM=${CWM:-target/cuda-offline/cwm-cuda}
+if [ -z "${CWM:-}" ]; then
+  CWM=target/cuda-offline/cwm-cuda
+  for bin in target/cuda-offline/cwm-bench-cuda target/cuda-offline/cwm-cuda; do
+    if [ -e "$bin" ] || [ -e "$bin.xz" ]; then
+      CWM=$bin
+      break
+    fi
+  done
+fi
 STACK=${STACK:-target/reference-stack}
 OUT=${OUT:-target/gpu-session}
 STATE=${STATE:-target/gpu-session-state}
@@ -116,7 +127,7 @@ if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
 fi
 [ -x "$CWM" ] || { say "error: no cwm binary at $CWM (nor $CWM.xz)"; exit 1; }
 # Which build the figures are of: docs/build-cuda-offline.sh's cwm-cuda.sha256 names the same hash.
-echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1)" >>"$SUMMARY"
+echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1) $(basename "$CWM")" >>"$SUMMARY"
 if [ "$DEVICE" != cpu ]; then
   started=$SECONDS
   if ! exports=$(benches/python/reference_stack.sh install "$STACK" 2>"$OUT/install.log"); then

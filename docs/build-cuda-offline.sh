@@ -12,13 +12,15 @@
 #
 #   docs/build-cuda-offline.sh            # -> target/cuda/release/cwm, a stripped copy and .xz
 #   FEATURES=cube-cpu docs/build-cuda-offline.sh   # cubecl on the CPU instead (same LLVM)
+#   BIN=cwm-bench docs/build-cuda-offline.sh       # `cwm model bench` alone (src/bin/cwm-bench.rs)
 #
-# Knobs (environment): FEATURES (cargo features, default `cuda`; the stripped copy is named
-# `cwm-<features>`, e.g. `cwm-cube-cpu`), CWM_CUDA_WORK (scratch, default target/cuda-offline),
-# CWM_CUDA_TARGET_DIR (cargo target dir, default target/cuda), JOBS, NICE, FORCE=1 (redo the
-# downloads and the LLVM folder), SKIP_CARGO=1 (prepare LLVM only), WITH_LIBDEVICE=1 (also
-# fetch libdevice.10.bc from PyPI for GPU machines that have the driver but no CUDA toolkit),
-# DEBIAN_MIRROR.
+# Knobs (environment): FEATURES (cargo features, default `cuda`), BIN (the binary, default `cwm`;
+# `cwm-bench`, without the pipeline and the query engine, is 0.58x its size as `.xz`, for a GPU
+# session that must bring more beside it); the stripped copy is named `<bin>-<features>`, e.g.
+# `cwm-cube-cpu`, CWM_CUDA_WORK (scratch, default target/cuda-offline), CWM_CUDA_TARGET_DIR
+# (cargo target dir, default target/cuda), JOBS, NICE, FORCE=1 (redo the downloads and the LLVM
+# folder), SKIP_CARGO=1 (prepare LLVM only), WITH_LIBDEVICE=1 (also fetch libdevice.10.bc from
+# PyPI for GPU machines that have the driver but no CUDA toolkit), DEBIAN_MIRROR.
 #
 # What it works around, and why it is safe:
 # - Debian's static LLVM archives were compiled against glibc >= 2.38, whose headers rename
@@ -36,7 +38,12 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LLVM_VER=23.1.4-2
 NICE=${NICE:-0}
 FEATURES=${FEATURES:-cuda}
-NAME=cwm-${FEATURES//,/-}
+BIN_NAME=${BIN:-cwm}
+case $BIN_NAME in
+  cwm | cwm-bench) ;;
+  *) echo "ERROR: BIN must be cwm or cwm-bench, not $BIN_NAME" >&2; exit 2 ;;
+esac
+NAME=$BIN_NAME-${FEATURES//,/-}
 JOBS=${JOBS:-$(nproc)}
 PREFIX_NAME=tracel-llvm-23.1.0-4
 DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}
@@ -175,15 +182,19 @@ log "cargo build (target dir $TARGET_DIR)"
 cd "$REPO"
 start=$(date +%s)
 CARGO_TARGET_DIR=$TARGET_DIR nice -n "$NICE" \
-  cargo build --release --locked --features "$FEATURES" --bin cwm -j "$JOBS"
+  cargo build --release --locked --features "$FEATURES" --bin "$BIN_NAME" -j "$JOBS"
 end=$(date +%s)
 echo "cargo build took $((end - start)) s"
 
-BIN=$TARGET_DIR/release/cwm
+BIN=$TARGET_DIR/release/$BIN_NAME
 log "smoke test"
 "$BIN" --version
-"$BIN" kinds > "$HERE/kinds.txt"   # (piping into head makes cwm panic on EPIPE)
-head -5 "$HERE/kinds.txt"; echo "... ($(wc -l < "$HERE/kinds.txt") lines)"
+if [[ $BIN_NAME == cwm ]]; then
+  "$BIN" kinds > "$HERE/kinds.txt"   # (piping into head makes cwm panic on EPIPE)
+  head -5 "$HERE/kinds.txt"; echo "... ($(wc -l < "$HERE/kinds.txt") lines)"
+else
+  "$BIN" model bench --help | head -3
+fi
 
 # ------------------------------------------------------ 4. strip + compress
 log "strip + xz"

@@ -3,11 +3,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod cli;
 mod registry;
+mod startup;
 
 use cli::remote::Direction;
 
@@ -78,42 +79,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = real_main(cli);
-    cwm_models::kernel_profile::wait_for_log(std::time::Duration::from_secs(60));
-    match result {
-        Ok(code) => code,
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// Whether `err` comes from writing to a closed pipe (the reader, `head` say, is done).
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// `--threads`, else `RAYON_NUM_THREADS`, else the CPUs of the Slurm allocation this runs in
-/// (`SLURM_CPUS_PER_TASK`), else every core.
-fn thread_count(flag: Option<usize>) -> usize {
-    let env = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n > 0)
-    };
-    flag.or_else(|| env("RAYON_NUM_THREADS"))
-        .or_else(|| env("SLURM_CPUS_PER_TASK"))
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    startup::finish(real_main(cli))
 }
 
 /// The exit code of a subcommand that either succeeds or returns an error.
@@ -122,11 +88,7 @@ fn done((): ()) -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
-    let threads = thread_count(cli.threads);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .context("setting up the thread pool")?;
+    let threads = startup::thread_pool(cli.threads)?;
     let ctx = cli::Context {
         registry: registry::builtin(),
         threads,

@@ -28,6 +28,7 @@ pub mod job;
 pub mod kinds;
 pub mod ls;
 pub mod model;
+pub mod model_bench;
 pub mod query;
 pub mod remote;
 pub mod run;

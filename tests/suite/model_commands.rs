@@ -531,8 +531,71 @@ fn output_into_a_closed_pipe_ends_quietly() {
     }
 }
 
+/// `cwm-bench`, the binary a GPU session brings, is `cwm model bench` and nothing else: the same
+/// command line, and on the CPU (bit-reproducible for a thread count) the same step to the bit.
+#[test]
+fn cwm_bench_is_cwm_model_bench_alone() {
+    let ws = Workspace::new("cwm-bench");
+    let args = [
+        "--threads",
+        "1",
+        "model",
+        "bench",
+        "--arch",
+        "gdn",
+        "--batch",
+        "2",
+        "--seq",
+        "12",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ];
+    let bench = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cwm-bench"))
+            .current_dir(&ws.dir)
+            .args(args)
+            .env_remove("RAYON_NUM_THREADS")
+            .output()
+            .expect("run cwm-bench")
+    };
+    let out = bench(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cwm-bench {args:?}: {stderr}");
+    let slim: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let full: serde_json::Value = serde_json::from_str(&ws.ok(&args)).expect("one JSON object");
+    let timings = [
+        "tokens_per_s",
+        "median_step_s",
+        "step_s",
+        "queued_s",
+        "warmup_s",
+    ];
+    let untimed = |figures: &serde_json::Value| {
+        let mut object = figures.as_object().expect("an object").clone();
+        object.retain(|key, _| !timings.contains(&key.as_str()));
+        object
+    };
+    assert_eq!(untimed(&slim), untimed(&full), "{slim}\n{full}");
+    assert!(slim["last_loss"].as_f64().is_some(), "{slim}");
+    assert_eq!(slim["step_s"].as_array().map(Vec::len), Some(2), "{slim}");
+
+    let other = bench(&["kinds"]);
+    assert_eq!(other.status.code(), Some(2), "only `model bench` is there");
+    let bad = bench(&["model", "bench", "--arch", "gdn", "--device", "tpu"]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: measuring gdn d128 on tpu") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
 /// Runs `benches/gpu_session.sh SECONDS` on the CPU for SLiCE-diag at d128 and a toy shape,
-/// its figures into `ws.dir/out`; returns (exit status, stderr).
+/// with `cwm-bench` (what a GPU session brings), its figures into `ws.dir/out`; returns (exit
+/// status, stderr).
 fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu_session.sh");
     let settings = [
@@ -545,7 +608,7 @@ fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
         ("BATCH", "2"),
         ("SEQ", "8"),
         ("STEPS", "1"),
-        ("CWM", env!("CARGO_BIN_EXE_cwm")),
+        ("CWM", env!("CARGO_BIN_EXE_cwm-bench")),
     ];
     let out = Command::new("bash")
         .arg(script)

@@ -1,0 +1,162 @@
+//! `cwm model bench`: tokens per second of the train stage's step on a synthetic batch. Its own
+//! file, since two binaries carry it: `cwm`, and `cwm-bench` (src/bin/cwm-bench.rs), the same
+//! command without the rest of cwm, small enough to bring to a lent GPU machine beside its
+//! kernel cache (docs/gpu.md).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
+use cwm_models::{
+    AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
+};
+use cwm_stage_train::throughput::{Throughput, ThroughputOptions, measure};
+
+/// `cwm model bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Family: transformer, slice, slice_diag, gdn, gdn_pos, mamba3, mamba2.
+    #[arg(long)]
+    arch: Family,
+    /// Size: d128, d256, d384, d512.
+    #[arg(long, default_value = "d128")]
+    size: Size,
+    /// cpu, cuda or cuda:N (cuda needs a build with `--features cuda`), or cube-cpu (burn's GPU
+    /// backend on the CPU, a build with `--features cube-cpu`: docs/gpu.md).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Timed steps; the figure is their median.
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// Steps per chunk of a recurrent family's chunked scan (default: the family's
+    /// default for the device).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk_size: Option<u64>,
+    /// Matrix products in f32, or bf16 as the reference's autocast (mamba3, mamba2); default:
+    /// the reference's choice (bf16 for mamba3 on a GPU, else f32), as training's
+    /// `precision: auto`.
+    #[arg(long)]
+    precision: Option<Precision>,
+    /// How the loss is computed: auto (the train stage's choice: fused-cpu on the CPU,
+    /// generic elsewhere), generic (burn's operations through autodiff), fused-cpu (on the
+    /// host), fused-device (on the model's device, outside autodiff); the fused ones in f32
+    /// only.
+    #[arg(long, default_value = "auto")]
+    loss: LossKernel,
+    /// How the optimizer updates each parameter: one-pass (the train stage's: one operation
+    /// per parameter, a loop on the CPU and one kernel on a GPU) or ops (the same arithmetic as
+    /// separate tensor operations, the baseline to time it against).
+    #[arg(long, default_value = "one-pass")]
+    update: AdamWUpdate,
+    /// On the cubecl devices (cuda, cube-cpu): how many blocks burn's fusion searches side by
+    /// side, a number or `burn` (burn's own setting); default: CWM_FUSION_BLOCKS, else cwm's
+    /// (crates/models/src/fusion_search.rs).
+    #[arg(long)]
+    fusion_blocks: Option<FusionBlocks>,
+    /// The transformer on the cubecl devices: its training attention as tensor operations in
+    /// one autodiff node (`operations`), or as three kernels that keep no [batch, heads, seq,
+    /// seq] tensor (`kernels`, crates/models/src/attention_kernel.rs); the train stage's
+    /// `attention` param.
+    #[arg(long, default_value = "operations")]
+    attention: TrainingAttention,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
+    let (arch, size, device) = (args.arch, args.size, &args.device);
+    let mut model = ModelConfig::new(arch, size);
+    model.chunk_size = args.chunk_size.map(|n| n as usize);
+    model.attention = args.attention;
+    let mut options = ThroughputOptions::new(model, device);
+    options.precision = args.precision;
+    options.loss = args.loss;
+    options.update = args.update;
+    (options.batch, options.seq) = (args.batch, args.seq);
+    (options.warmup, options.steps) = (args.warmup, args.steps);
+    if let Some(blocks) = args.fusion_blocks {
+        choose_fusion_blocks(blocks);
+    }
+    let figures =
+        measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
+    let line = if args.json {
+        json_line(&args, &figures, threads).to_string()
+    } else {
+        sentence(&args, &figures, threads)
+    };
+    writeln!(std::io::stdout(), "{line}")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--json`'s object.
+fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_json::Value {
+    serde_json::json!({
+        "arch": args.arch.to_string(), "size": args.size.to_string(), "device": args.device,
+        "batch": args.batch, "seq": args.seq, "threads": threads,
+        "chunk_size": figures.chunk_size,
+        "precision": figures.precision.name(),
+        "loss": figures.loss.name(),
+        "update": args.update.name(),
+        "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
+        "attention": args.attention.name(),
+        "tokens_per_s": figures.tokens_per_s,
+        "median_step_s": figures.median_step_s,
+        "step_s": figures.step_s,
+        "queued_s": figures.queued_s,
+        "warmup_s": figures.warmup_s,
+        "last_loss": figures.last_loss,
+        "peak_reserved_bytes": figures.peak_reserved_bytes,
+    })
+}
+
+/// The figures as one sentence.
+fn sentence(args: &BenchArgs, figures: &Throughput, threads: usize) -> String {
+    let chunks = figures
+        .chunk_size
+        .map_or(String::new(), |n| format!("; scan chunks of {n} steps"));
+    let memory = figures.peak_reserved_bytes.map_or(String::new(), |bytes| {
+        format!(
+            "; at most {:.0} MiB reserved on the device",
+            bytes as f64 / 1_048_576.0
+        )
+    });
+    let first = figures.warmup_s.first().map_or(String::new(), |s| {
+        format!("; the first warm-up step took {s:.1} s")
+    });
+    let fusion = match chosen_fusion_blocks() {
+        None => String::new(),
+        Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
+        Some(blocks) => format!("; fusion searching {blocks} block(s)"),
+    };
+    let attention = match args.attention {
+        TrainingAttention::Kernels => "; training attention by kernels (cubecl devices)",
+        TrainingAttention::Operations => "",
+    };
+    format!(
+        "{} {} on {} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per step of {} x {} \
+         tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{attention}{first})",
+        args.arch,
+        args.size,
+        args.device,
+        figures.precision,
+        figures.loss,
+        args.update,
+        figures.tokens_per_s,
+        figures.median_step_s,
+        args.batch,
+        args.seq,
+        args.steps,
+    )
+}
