@@ -37,17 +37,23 @@
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
 # an H200 without a cache), one kernel after another on one core; with CWM_KERNEL_CACHE pointing
 # at $KERNEL_CACHE, later processes reuse what earlier ones did (step 3 is there so that the
-# cells' compilations run at once), and the folder, packed after each step as
-# $OUT/kernel-cache.tar.xz, can be brought back and carried to the next call as KERNEL_CACHE_IN.
+# cells' compilations run at once). The driver's machine code for cubecl's PTX
+# (CUDA_CACHE_PATH, $KERNEL_CACHE/cuda-driver) and Triton's compiled and tuned kernels, the
+# reference's (TRITON_CACHE_DIR, $TRITON_CACHE) are kept the same way. After each step both
+# folders are packed into $OUT (benches/session_cache.sh: kernel-cache.tar.xz and
+# triton-cache.tar.xz, or their parts .0, .1, ... where one is over 15 MiB) and can be brought
+# back and carried to the next call or session as KERNEL_CACHE_IN and TRITON_CACHE_IN (the
+# parts as they came, or joined by `cat`).
 #
-# Eight files at most go to $OUT (the folder a lent machine sends back; target/gpu-session
-# without one), few enough for such a folder: summary.txt (the machine, then each step: what
-# ran and what the time cut), tables.md (each step's table under its name), compare.log (each
-# step's progress, every process's wall time), compare-stacks.jsonl (every process's line),
-# install.log, profile.md (both stacks' tables of a step's kernels), profile-logs.tar.xz
-# (cubecl's logs they come from) and kernel-cache.tar.xz. The JSON lines are kept in $STATE too, so the same command on the
-# still-warm machine goes on where the last call stopped; on a fresh machine, carry $STATE with
-# the last call's compare-stacks.jsonl in it.
+# Eight files at most go to $OUT (what a lent machine sends back; target/gpu-session without
+# one), each under 16 MiB: summary.txt (the machine, then each step: what ran and what the time
+# cut, the caches' sizes), tables.md (each step's table under its name), compare.log (the
+# reference stack's installation, then each step's progress and every process's wall time),
+# compare-stacks.jsonl (every process's line), profile.md (both stacks' tables of a step's
+# kernels), profile-logs.tar.xz (cubecl's logs they come from), then the caches, Triton's left
+# out where it would make more than eight. The JSON lines are kept in $STATE too, so the same
+# command on the still-warm machine goes on where the last call stopped; on a fresh machine,
+# carry $STATE with the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 10),
 # PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
@@ -58,10 +64,11 @@
 # MORE_SIZES (d256,d384: step 12; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
 # target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
-# as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK (target/reference-stack; with
-# DEVICE=cpu nothing is installed and the PyTorch on the path is used), OUT, STATE
-# (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache), KERNEL_CACHE_IN
-# (target/kernel-cache.tar.xz: unpacked into KERNEL_CACHE when that folder is missing).
+# as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK
+# (target/reference-stack; with DEVICE=cpu nothing is installed and the PyTorch on the path is
+# used), OUT, STATE (target/gpu-session-state), KERNEL_CACHE (target/kernel-cache),
+# KERNEL_CACHE_IN (target/kernel-cache.tar.xz: unpacked into KERNEL_CACHE when that folder is
+# missing), TRITON_CACHE (target/triton-cache), TRITON_CACHE_IN (target/triton-cache.tar.xz).
 set -euo pipefail
 
 usage() {
@@ -98,6 +105,8 @@ OUT=${OUT:-target/gpu-session}
 STATE=${STATE:-target/gpu-session-state}
 KERNEL_CACHE=${KERNEL_CACHE:-target/kernel-cache}
 KERNEL_CACHE_IN=${KERNEL_CACHE_IN:-target/kernel-cache.tar.xz}
+TRITON_CACHE=${TRITON_CACHE:-target/triton-cache}
+TRITON_CACHE_IN=${TRITON_CACHE_IN:-target/triton-cache.tar.xz}
 mkdir -p "$OUT" "$STATE"
 JSONL=$STATE/compare-stacks.jsonl
 SUMMARY=$OUT/summary.txt
@@ -130,24 +139,27 @@ fi
 echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1) $(basename "$CWM")" >>"$SUMMARY"
 if [ "$DEVICE" != cpu ]; then
   started=$SECONDS
-  if ! exports=$(benches/python/reference_stack.sh install "$STACK" 2>"$OUT/install.log"); then
-    say "error: the reference stack did not install (install.log)"
+  printf '## install\n\n' >>"$OUT/compare.log"
+  if ! exports=$(benches/python/reference_stack.sh install "$STACK" 2>>"$OUT/compare.log"); then
+    say "error: the reference stack did not install (compare.log)"
     exit 1
   fi
   eval "$exports"
   say "reference stack installed in $((SECONDS - started)) s"
-  if [ ! -d "$KERNEL_CACHE" ] && [ -f "$KERNEL_CACHE_IN" ]; then
-    mkdir -p "$KERNEL_CACHE"
-    if tar -xJf "$KERNEL_CACHE_IN" -C "$KERNEL_CACHE"; then
-      echo "kernel cache unpacked from $KERNEL_CACHE_IN: $(du -sh "$KERNEL_CACHE" | cut -f1)" \
-        >>"$SUMMARY"
-    else
-      echo "kernel cache: $KERNEL_CACHE_IN did not unpack; starting without" >>"$SUMMARY"
-    fi
-  fi
-  mkdir -p "$KERNEL_CACHE"
+  benches/session_cache.sh unpack "$KERNEL_CACHE" "$KERNEL_CACHE_IN" >>"$SUMMARY"
+  benches/session_cache.sh unpack "$TRITON_CACHE" "$TRITON_CACHE_IN" >>"$SUMMARY"
+  mkdir -p "$KERNEL_CACHE" "$TRITON_CACHE"
   # cwm takes a relative folder against its working directory, this one.
   export CWM_KERNEL_CACHE=$KERNEL_CACHE
+  # The driver assembles each PTX module cwm loads into machine code, and keeps what it
+  # assembled in its own cache (by default in ~/.nv, gone with the machine): kept in the kernel
+  # cache's folder, it goes and comes back with cubecl's PTX.
+  CUDA_CACHE_PATH=$(realpath -m "$KERNEL_CACHE")/cuda-driver
+  export CUDA_CACHE_PATH CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+  # Triton's compiled kernels and tuning results (the reference's Gated DeltaNet and Mamba
+  # kernels): its warm-up steps compile and tune them, which the cache saves the next session.
+  TRITON_CACHE_DIR=$(realpath -m "$TRITON_CACHE")
+  export TRITON_CACHE_DIR
 fi
 # Triton 3.6 keeps autotuning results on disk with this set, so the reference stack's later
 # processes reuse the first ones' instead of tuning again in their warm-up steps: wall time
@@ -158,12 +170,14 @@ export TRITON_CACHE_AUTOTUNING=1
 # rows say so.
 export CWM_REFERENCE_FLA_HOPPER=${CWM_REFERENCE_FLA_HOPPER-triton}
 
-# The kernel cache as one file for $OUT (nothing while it is empty: cwm's CPU backend keeps
-# none).
+# The caches into $OUT (nothing on the CPU, where none is kept): the kernel cache first, so that
+# Triton's is the one left out when both would not come back (benches/session_cache.sh).
 pack_kernel_cache() {
-  if [ -n "${CWM_KERNEL_CACHE:-}" ] && [ -n "$(ls -A "$KERNEL_CACHE" 2>/dev/null)" ]; then
-    tar -C "$KERNEL_CACHE" -cf - . | xz -T0 -3 >"$OUT/kernel-cache.tar.xz.part" &&
-      mv "$OUT/kernel-cache.tar.xz.part" "$OUT/kernel-cache.tar.xz"
+  if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
+    rm -f "$OUT"/triton-cache.tar.xz*
+    CACHES=$(benches/session_cache.sh pack "$KERNEL_CACHE" "$OUT" kernel-cache.tar.xz &&
+      benches/session_cache.sh pack "$TRITON_CACHE" "$OUT" triton-cache.tar.xz) ||
+      CACHES="the caches were not packed"
   fi
 }
 
@@ -281,8 +295,7 @@ compare round2 "$FAMILIES" "$SIZES" 2
 if [ -n "$MORE_SIZES" ]; then
   compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2
 fi
-if [ -f "$OUT/kernel-cache.tar.xz" ]; then
-  echo "kernel cache: $(du -sh "$KERNEL_CACHE" | cut -f1), packed $(du -h \
-    "$OUT/kernel-cache.tar.xz" | cut -f1) (a file over 16 MiB does not come back)" >>"$SUMMARY"
+if [ -n "${CACHES:-}" ]; then
+  echo "$CACHES" >>"$SUMMARY"
 fi
 say "finished with $(left) s left"

@@ -878,3 +878,95 @@ fn the_pytorch_side_writes_its_profiler_s_table_of_the_timed_steps() {
         .unwrap_or_else(|| panic!("no AdamW row:\n{text}"));
     assert_eq!(adamw.split_whitespace().last(), Some("2"), "{adamw}");
 }
+
+/// Runs `benches/session_cache.sh ARGS` in `dir` with parts of `part_mib` MiB; returns (exit
+/// status, stdout).
+fn session_cache(dir: &Path, part_mib: &str, args: &[&str]) -> (Option<i32>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/session_cache.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .current_dir(dir)
+        .env("PART_MIB", part_mib)
+        .output()
+        .expect("run bash");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A GPU session's caches come back within what a lent machine sends back: split into parts
+/// under the size a file may have, left out when they would make more than eight files, and
+/// unpacked from the parts to the same bytes; an archive that does not unpack leaves nothing.
+#[test]
+fn a_session_cache_is_packed_in_parts_and_unpacked_from_them() {
+    let ws = Workspace::new("session-cache");
+    let cache = ws.dir.join("cache");
+    std::fs::create_dir_all(cache.join("cuda-driver")).unwrap();
+    // 2.5 MiB that xz cannot shrink, and a small file one folder down.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let noise: Vec<u8> = (0..5 * 512 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(cache.join("default.db"), &noise).unwrap();
+    std::fs::write(cache.join("cuda-driver/index"), "sm_90\n").unwrap();
+    std::fs::create_dir_all(ws.dir.join("out")).unwrap();
+
+    let (code, said) = session_cache(&ws.dir, "1", &["pack", "cache", "out", "k.tar.xz"]);
+    assert_eq!(code, Some(0), "{said}");
+    let mut names: Vec<String> = std::fs::read_dir(ws.dir.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["k.tar.xz.0", "k.tar.xz.1", "k.tar.xz.2"], "{said}");
+    assert!(said.contains("packed in 3 file(s)"), "{said}");
+    for name in &names[..2] {
+        let size = std::fs::metadata(ws.dir.join("out").join(name))
+            .unwrap()
+            .len();
+        assert_eq!(size, 1 << 20, "{name}");
+    }
+
+    let (code, said) = session_cache(&ws.dir, "1", &["unpack", "back", "out/k.tar.xz"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("unpacked from 3 file(s)"), "{said}");
+    assert!(std::fs::read(ws.dir.join("back/default.db")).unwrap() == noise);
+    assert_eq!(
+        std::fs::read_to_string(ws.dir.join("back/cuda-driver/index")).unwrap(),
+        "sm_90\n"
+    );
+    // A folder the machine kept is not unpacked over.
+    let (_, said) = session_cache(&ws.dir, "1", &["unpack", "back", "out/k.tar.xz"]);
+    assert!(said.contains("kept from an earlier call"), "{said}");
+
+    // Packed again with larger parts: one file, the parts gone.
+    let (_, said) = session_cache(&ws.dir, "15", &["pack", "cache", "out", "k.tar.xz"]);
+    assert!(said.contains("packed in 1 file(s)"), "{said}");
+    assert!(ws.dir.join("out/k.tar.xz").is_file() && !ws.dir.join("out/k.tar.xz.0").exists());
+
+    // Eight files at most come back: with seven others there the cache is the eighth, with
+    // eight it is left out.
+    for i in 0..7 {
+        std::fs::write(ws.dir.join(format!("out/other-{i}")), "x").unwrap();
+    }
+    let (_, said) = session_cache(&ws.dir, "15", &["pack", "cache", "out", "k.tar.xz"]);
+    assert!(said.contains("packed in 1 file(s)"), "{said}");
+    std::fs::write(ws.dir.join("out/other-7"), "x").unwrap();
+    let (code, said) = session_cache(&ws.dir, "15", &["pack", "cache", "out", "k.tar.xz"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("left out, 9 files"), "{said}");
+    assert!(!ws.dir.join("out/k.tar.xz").exists(), "{said}");
+
+    std::fs::write(ws.dir.join("bad.tar.xz"), "not an archive").unwrap();
+    let (code, said) = session_cache(&ws.dir, "1", &["unpack", "none", "bad.tar.xz"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("did not unpack"), "{said}");
+    assert!(!ws.dir.join("none").exists(), "no half-unpacked folder");
+}
