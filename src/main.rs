@@ -12,11 +12,6 @@ mod startup;
 
 use cli::remote::Direction;
 
-/// mimalloc keeps freed memory for reuse. With the system allocator every large tensor of a
-/// training step is a fresh `mmap`, faulted in page by page and unmapped again (docs/perf.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "cwm",
@@ -24,9 +19,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Builds and runs the Chess-World-Model benchmark as a cached DAG of stages"
 )]
 struct Cli {
-    /// Threads for all parallel work (default: RAYON_NUM_THREADS, else all cores).
-    #[arg(long, global = true)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    global: startup::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -88,7 +82,7 @@ fn done((): ()) -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
-    let threads = startup::thread_pool(cli.threads)?;
+    let threads = startup::thread_pool(cli.global.threads)?;
     let ctx = cli::Context {
         registry: registry::builtin(),
         threads,

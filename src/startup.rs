@@ -1,9 +1,24 @@
-//! What both binaries (`cwm`, and `cwm-bench`, which is `cwm model bench` alone) do around a
-//! command: the thread pool before it, and the exit status and error report after it.
+//! What both binaries (`cwm`, and `cwm-bench`, which is `cwm model bench` alone) share around a
+//! command: the allocator, the `--threads` option and the thread pool before it, and the exit
+//! status and error report after it.
 
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
+use clap::Args;
+
+/// mimalloc keeps freed memory for reuse. With the system allocator every large tensor of a
+/// training step is a fresh `mmap`, faulted in page by page and unmapped again (docs/perf.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The options every command takes.
+#[derive(Args)]
+pub struct GlobalArgs {
+    /// Threads for all parallel work (default: RAYON_NUM_THREADS, else all cores).
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
+}
 
 /// `--threads`, else `RAYON_NUM_THREADS`, else the CPUs of the Slurm allocation this runs in
 /// (`SLURM_CPUS_PER_TASK`), else every core.

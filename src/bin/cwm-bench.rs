@@ -13,10 +13,6 @@ mod model_bench;
 #[path = "../startup.rs"]
 mod startup;
 
-/// As `cwm`'s: training's large short-lived tensors reuse freed pages (src/main.rs).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "cwm-bench",
@@ -24,9 +20,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "`cwm model bench` alone: training tokens/s of a benchmark model, in a small binary"
 )]
 struct Cli {
-    /// Threads for all parallel work (default: RAYON_NUM_THREADS, else all cores).
-    #[arg(long, global = true)]
-    threads: Option<usize>,
+    #[command(flatten)]
+    global: startup::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,7 +46,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let threads = startup::thread_pool(cli.threads)?;
+    let threads = startup::thread_pool(cli.global.threads)?;
     let Command::Model(ModelCommand::Bench(args)) = cli.command;
     model_bench::bench(args, threads)
 }

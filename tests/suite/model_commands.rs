@@ -8,16 +8,16 @@ use cwm_testkit::require_python;
 
 use super::{Workspace, cwm_command};
 
-#[test]
-fn model_bench_reports_the_training_throughput_of_a_small_batch() {
-    let ws = Workspace::new("model-bench");
-    let args = [
+/// `model bench`'s arguments for `arch` at batch 2 × 16 tokens, one thread, one warm-up step
+/// and `steps` timed ones, in JSON.
+fn small_bench<'a>(arch: &'a str, steps: &'a str) -> [&'a str; 15] {
+    [
         "--threads",
         "1",
         "model",
         "bench",
         "--arch",
-        "slice_diag",
+        arch,
         "--batch",
         "2",
         "--seq",
@@ -25,9 +25,15 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
         "--warmup",
         "1",
         "--steps",
-        "3",
+        steps,
         "--json",
-    ];
+    ]
+}
+
+#[test]
+fn model_bench_reports_the_training_throughput_of_a_small_batch() {
+    let ws = Workspace::new("model-bench");
+    let args = small_bench("slice_diag", "3");
     let stdout = ws.ok(&args);
     let figures: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(figures["arch"], "slice_diag");
@@ -536,23 +542,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
 #[test]
 fn cwm_bench_is_cwm_model_bench_alone() {
     let ws = Workspace::new("cwm-bench");
-    let args = [
-        "--threads",
-        "1",
-        "model",
-        "bench",
-        "--arch",
-        "gdn",
-        "--batch",
-        "2",
-        "--seq",
-        "12",
-        "--warmup",
-        "1",
-        "--steps",
-        "2",
-        "--json",
-    ];
+    let args = small_bench("gdn", "2");
     let bench = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_cwm-bench"))
             .current_dir(&ws.dir)
