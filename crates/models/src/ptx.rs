@@ -48,6 +48,8 @@ pub struct Ptx {
     pub ptx: String,
     /// Shared memory the launch reserves, in bytes.
     pub shared_memory: usize,
+    /// The cube's units along x, y and z, as the launch asks for them.
+    pub cube_dim: (u32, u32, u32),
 }
 
 /// The device properties cubecl's CUDA runtime builds for a GPU of compute capability `sm`
@@ -135,7 +137,7 @@ fn tensor(shape: &[usize]) -> TensorArg {
 /// Every kernel cwm writes itself, defined for `props` at a d512 transformer's training
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
 /// attention with and without dropout, dropout, the optimizer's update, the short convolution
-/// (at Gated DeltaNet's shapes).
+/// (at Gated DeltaNet's shapes), the RMSNorm's three kernels.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -151,6 +153,9 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     out.push(("dropout".into(), dropout_kernel(&props, &target)));
     out.push(("adamw_update".into(), adamw_kernel(&props, &target)));
     for (name, kernel) in convolution(&props, &target) {
+        out.push((name.into(), kernel));
+    }
+    for (name, kernel) in norm(&props, &target) {
         out.push((name.into(), kernel));
     }
     out
@@ -359,6 +364,77 @@ fn convolution(
     ]
 }
 
+/// The RMSNorm's three launches, as `rms_norm::cube` makes them on a GPU (32 units to a row,
+/// eight rows a cube) for a `[batch · seq, 512]` input: the forward pass, the backward pass's
+/// rows (`dx` and each row's root) and `γ`'s gradient by blocks of rows.
+fn norm(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+) -> Vec<(&'static str, Kernel)> {
+    use crate::rms_norm::cube::{
+        GAMMA_ROWS, SHARED_ROWS, backward_rows_kernel, forward_kernel, gamma_grad_kernel, row_grid,
+    };
+    const ROWS: usize = BATCH * SEQ;
+    const WIDTH: usize = 512;
+    let x = || tensor(&[ROWS, WIDTH]);
+    let gamma = || tensor(&[WIDTH]);
+    let roots = || tensor(&[ROWS]);
+    let layout = SHARED_ROWS;
+    let (rows_count, rows_dim) = row_grid(ROWS, layout);
+    let blocks = ROWS.div_ceil(GAMMA_ROWS);
+    let gamma_dim = CubeDim::new_1d(256);
+    let gamma_count = CubeCount::Static((blocks * WIDTH).div_ceil(256) as u32, 1, 1);
+    let eps = 1e-5f32;
+    vec![
+        (
+            "rms_norm_forward",
+            Box::new(forward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                rows_count.clone(),
+                rows_dim,
+                x(),
+                gamma(),
+                x(),
+                eps,
+                layout.lanes,
+                layout.rows_per_cube,
+            )),
+        ),
+        (
+            "rms_norm_backward_rows",
+            Box::new(backward_rows_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                rows_count,
+                rows_dim,
+                x(),
+                gamma(),
+                x(),
+                x(),
+                roots(),
+                eps,
+                layout.lanes,
+                layout.rows_per_cube,
+            )),
+        ),
+        (
+            "rms_norm_gamma_grad",
+            Box::new(gamma_grad_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                gamma_count,
+                gamma_dim,
+                x(),
+                x(),
+                roots(),
+                tensor(&[blocks, WIDTH]),
+                GAMMA_ROWS,
+            )),
+        ),
+    ]
+}
+
 /// `kernel` compiled by the CUDA runtime's compiler for `sm`.
 ///
 /// # Errors
@@ -366,7 +442,9 @@ fn convolution(
 pub fn compile(name: &str, kernel: &dyn CubeKernel, sm: u32) -> Result<Ptx, CompilationError> {
     // The backend the `cuda` build runs (`CudaBackend::default()` without cubecl's `cpp`).
     let mut compiler = CudaCompiler::new(CudaBackend::Llvm);
-    let CudaRepresentation::Llvm(module) = compiler.compile(kernel.define(), &options(sm))? else {
+    let definition = kernel.define();
+    let dim = definition.settings.cube_dim;
+    let CudaRepresentation::Llvm(module) = compiler.compile(definition, &options(sm))? else {
         unreachable!("the LLVM backend gives LLVM's artifact")
     };
     let bytes: Vec<u8> = module.ptx.iter().map(|&c| c as u8).collect();
@@ -377,6 +455,7 @@ pub fn compile(name: &str, kernel: &dyn CubeKernel, sm: u32) -> Result<Ptx, Comp
             .trim_end_matches('\0')
             .to_string(),
         shared_memory: module.shared_memory_size,
+        cube_dim: (dim.x, dim.y, dim.z),
     })
 }
 
@@ -459,6 +538,89 @@ mod tests {
         usage(&log)
     }
 
+    /// Registers an SM of compute capability 9.0 has, all its resident cubes together.
+    const REGISTERS_PER_SM: u32 = 65_536;
+
+    /// The first of the GPU's launch limits that a cube of `ptx`'s shape, with `usage`'s
+    /// registers and shared memory, breaks (the driver would refuse the launch), if one.
+    fn over_limit(ptx: &Ptx, usage: &Usage, props: &DeviceProperties) -> Option<String> {
+        let hardware = &props.hardware;
+        let (x, y, z) = ptx.cube_dim;
+        let units = x * y * z;
+        let (max_x, max_y, max_z) = hardware.max_cube_dim;
+        let shared = ptx.shared_memory.max(usage.shared as usize);
+        if units > hardware.max_units_per_cube {
+            Some(format!(
+                "{units} units, over {}",
+                hardware.max_units_per_cube
+            ))
+        } else if x > max_x || y > max_y || z > max_z {
+            Some(format!(
+                "a cube of {x} × {y} × {z}, over {max_x} × {max_y} × {max_z}"
+            ))
+        } else if shared > hardware.max_shared_memory_size {
+            Some(format!(
+                "{shared} bytes of shared memory, over {}",
+                hardware.max_shared_memory_size
+            ))
+        } else if usage.registers * units > REGISTERS_PER_SM {
+            Some(format!(
+                "{} registers × {units} units, over an SM's {REGISTERS_PER_SM}",
+                usage.registers
+            ))
+        } else {
+            None
+        }
+    }
+
+    #[test]
+    fn launch_limits_are_those_of_sm_90() {
+        let props = nvidia_properties(90);
+        let ptx = |cube_dim, shared_memory| Ptx {
+            name: "k".into(),
+            entrypoint: "k".into(),
+            ptx: String::new(),
+            shared_memory,
+            cube_dim,
+        };
+        let usage = |registers, shared| Usage {
+            registers,
+            shared,
+            ..Usage::default()
+        };
+        assert_eq!(
+            over_limit(&ptx((256, 1, 1), 1024), &usage(32, 0), &props),
+            None
+        );
+        assert_eq!(
+            over_limit(&ptx((1024, 1, 1), 0), &usage(64, 0), &props),
+            None
+        );
+        let refused = [
+            (ptx((32, 64, 1), 0), usage(16, 0), "2048 units, over 1024"),
+            (ptx((1, 1, 128), 0), usage(16, 0), "a cube of 1 × 1 × 128"),
+            (
+                ptx((64, 1, 1), 240_000),
+                usage(16, 0),
+                "240000 bytes of shared memory",
+            ),
+            (
+                ptx((64, 1, 1), 0),
+                usage(16, 240_000),
+                "240000 bytes of shared memory",
+            ),
+            (
+                ptx((1024, 1, 1), 0),
+                usage(65, 0),
+                "65 registers × 1024 units",
+            ),
+        ];
+        for (ptx, usage, said) in refused {
+            let over = over_limit(&ptx, &usage, &props).unwrap_or_default();
+            assert!(over.starts_with(said), "{over:?} for {:?}", ptx.cube_dim);
+        }
+    }
+
     #[test]
     fn figures_are_read_from_ptxas_lines() {
         let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
@@ -479,8 +641,9 @@ mod tests {
     }
 
     /// Every kernel of cwm's compiles for an H100/H200 (`sm_90`) as the CUDA build would at its
-    /// first launch, and NVIDIA's assembler takes the PTX without spilling a register to
-    /// memory. Prints each kernel's registers and shared memory (`--nocapture`).
+    /// first launch, NVIDIA's assembler takes the PTX without spilling a register to memory,
+    /// and its launch stays within the GPU's limits (units, shared memory, registers). Prints
+    /// each kernel's units, registers and shared memory (`--nocapture`).
     #[test]
     fn cwms_kernels_compile_for_sm_90_and_assemble_without_spills() {
         let sm = 90;
@@ -491,11 +654,11 @@ mod tests {
         });
         std::fs::create_dir_all(&dir).unwrap();
         let props = nvidia_properties(sm);
-        let mut spilled = Vec::new();
+        let (mut spilled, mut refused) = (Vec::new(), Vec::new());
         println!(
-            "| kernel | compiled in | registers | spill stores / loads (bytes) | stack frame | shared memory |"
+            "| kernel | compiled in | units | registers | spill stores / loads (bytes) | stack frame | shared memory |"
         );
-        println!("|---|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
         for (name, kernel) in kernels(&props) {
             let start = std::time::Instant::now();
             let ptx = compile(&name, kernel.as_ref(), sm)
@@ -507,8 +670,10 @@ mod tests {
                 ptx.ptx
             );
             let u = assemble(&ptx, &dir, sm);
+            let (x, y, z) = ptx.cube_dim;
             println!(
-                "| {name} | {seconds:.2} s | {} | {} / {} | {} | {} |",
+                "| {name} | {seconds:.2} s | {} | {} | {} / {} | {} | {} |",
+                x * y * z,
                 u.registers,
                 u.spill_stores,
                 u.spill_loads,
@@ -517,7 +682,10 @@ mod tests {
             );
             assert!(u.registers > 0, "{name}: no register count from ptxas");
             if u.spill_stores + u.spill_loads > 0 {
-                spilled.push(name);
+                spilled.push(name.clone());
+            }
+            if let Some(over) = over_limit(&ptx, &u, &props) {
+                refused.push(format!("{name}: {over}"));
             }
         }
         if kept.is_none() {
@@ -526,6 +694,10 @@ mod tests {
         assert!(
             spilled.is_empty(),
             "these kernels spill registers: {spilled:?}"
+        );
+        assert!(
+            refused.is_empty(),
+            "these launches break the GPU's limits: {refused:?}"
         );
     }
 }

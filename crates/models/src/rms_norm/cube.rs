@@ -29,8 +29,8 @@ use crate::causal_conv::cube::empty_like;
 /// How the row kernels lay rows out: units to a row, rows to a cube.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowLayout {
-    lanes: usize,
-    rows_per_cube: usize,
+    pub(crate) lanes: usize,
+    pub(crate) rows_per_cube: usize,
 }
 
 /// A GPU's: 32 units to a row (a warp's width), their sums met in shared memory, 8 rows a cube.
@@ -218,7 +218,7 @@ fn fits(tensors: &[&CubeTensor]) -> bool {
 }
 
 /// The launch of the row kernels over `rows` rows.
-fn row_grid(rows: usize, layout: RowLayout) -> (CubeCount, CubeDim) {
+pub(crate) fn row_grid(rows: usize, layout: RowLayout) -> (CubeCount, CubeDim) {
     (
         CubeCount::Static(rows.div_ceil(layout.rows_per_cube) as u32, 1, 1),
         CubeDim::new_1d((layout.lanes * layout.rows_per_cube) as u32),
