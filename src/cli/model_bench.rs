@@ -75,6 +75,8 @@ pub struct BenchArgs {
     json: bool,
 }
 
+/// Measures the train stage's step as `args` say, with `threads` CPU threads, and prints the
+/// figures: one JSON object (`--json`) or one sentence.
 pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     let (arch, size, device) = (args.arch, args.size, &args.device);
     let mut model = ModelConfig::new(arch, size);
