@@ -13,7 +13,7 @@
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
 #   2. the cwm binary unpacked (once; its name and SHA-256 in the summary), the reference stack
-#      installed and the kernel cache unpacked (KERNEL_CACHE_IN, if there);
+#      installed and the caches unpacked (KERNEL_CACHE_IN, TRITON_CACHE_IN, if there);
 #   3. compile (with PREWARM set): cwm's process of every cell of step 6, PREWARM at a time, so
 #      that their kernels compile side by side into the kernel cache (compare_stacks.py
 #      --prewarm; at most PREWARM_S seconds);
@@ -135,7 +135,7 @@ if [ ! -x "$CWM" ] && [ -f "$CWM.xz" ]; then
   chmod +x "$CWM"
 fi
 [ -x "$CWM" ] || { say "error: no cwm binary at $CWM (nor $CWM.xz)"; exit 1; }
-# Which build the figures are of: docs/build-cuda-offline.sh's cwm-cuda.sha256 names the same hash.
+# Which build the figures are of: docs/build-cuda-offline.sh's .sha256 file names the same hash.
 echo "cwm $(sha256sum "$CWM" | cut -d' ' -f1) $(basename "$CWM")" >>"$SUMMARY"
 if [ "$DEVICE" != cpu ]; then
   started=$SECONDS
