@@ -172,7 +172,7 @@ export CWM_REFERENCE_FLA_HOPPER=${CWM_REFERENCE_FLA_HOPPER-triton}
 
 # The caches into $OUT (nothing on the CPU, where none is kept): the kernel cache first, so that
 # Triton's is the one left out when both would not come back (benches/session_cache.sh).
-pack_kernel_cache() {
+pack_caches() {
   if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
     rm -f "$OUT"/triton-cache.tar.xz*
     CACHES=$(benches/session_cache.sh pack "$KERNEL_CACHE" "$OUT" kernel-cache.tar.xz &&
@@ -202,7 +202,7 @@ compare() {
     >>"$OUT/tables.md" 2>>"$OUT/compare.log" || status=$?
   echo | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   cp "$JSONL" "$OUT/compare-stacks.jsonl"
-  pack_kernel_cache
+  pack_caches
   case $status in
     0) say "$name: done, $(left) s left" ;;
     3) say "$name: the time ran out; the same command goes on from $JSONL" ;;
@@ -273,7 +273,7 @@ profile() {
     (cd "$OUT" && rm -f "${logs[@]}")
   fi
   say "profile: done (profile.md), $(left) s left"
-  pack_kernel_cache
+  pack_caches
 }
 
 if [ "$PREWARM" -gt 0 ]; then

@@ -260,8 +260,13 @@ const ELEMENTS: usize = BATCH * SEQ * 512;
 
 /// The element-wise launches' cube: 256 units, as `CubeDim::new` picks for a large tensor.
 fn elementwise() -> (CubeCount, CubeDim) {
+    elementwise_over(ELEMENTS)
+}
+
+/// A launch of a unit per element over `units` elements, in cubes of 256 units.
+fn elementwise_over(units: usize) -> (CubeCount, CubeDim) {
     let dim = CubeDim::new_1d(256);
-    (CubeCount::Static(ELEMENTS.div_ceil(256) as u32, 1, 1), dim)
+    (CubeCount::Static(units.div_ceil(256) as u32, 1, 1), dim)
 }
 
 fn dropout_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -> Kernel {
@@ -317,7 +322,7 @@ fn convolution(
     let weight = || tensor(&[CHANNELS, 1, TAPS]);
     let (count, dim) = elementwise();
     let blocks = (BATCH * SEQ).div_ceil(ROWS);
-    let partial_count = CubeCount::Static((blocks * CHANNELS).div_ceil(256) as u32, 1, 1);
+    let (partial_count, _) = elementwise_over(blocks * CHANNELS);
     vec![
         (
             "causal_conv_forward",
@@ -382,8 +387,7 @@ fn norm(
     let layout = SHARED_ROWS;
     let (rows_count, rows_dim) = row_grid(ROWS, layout);
     let blocks = ROWS.div_ceil(GAMMA_ROWS);
-    let gamma_dim = CubeDim::new_1d(256);
-    let gamma_count = CubeCount::Static((blocks * WIDTH).div_ceil(256) as u32, 1, 1);
+    let (gamma_count, gamma_dim) = elementwise_over(blocks * WIDTH);
     let eps = 1e-5f32;
     vec![
         (
