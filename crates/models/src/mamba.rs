@@ -357,10 +357,9 @@ impl Mamba2Mixer {
         let [z, xbc, dt] = split_array(zxbcdt, 2, &[d_inner, d_inner + 2 * n, h]);
         let [xs, b, c] = split_array(silu(self.conv1d.forward(xbc)), 2, &[d_inner, n, n]);
         let xs: Tensor<4> = xs.reshape([batch, seq, h, p]);
-        let shared = |t: Tensor<3>| -> Tensor<5> {
-            t.reshape([batch, seq, 1, 1, n])
-                .expand([batch, seq, h, 1, n])
-        };
+        // One group (ngroups = 1): every head reads the same `B` and `C`, which the scan
+        // broadcasts over the heads.
+        let shared = |t: Tensor<3>| -> Tensor<5> { t.reshape([batch, seq, 1, 1, n]) };
         let (b, c) = (shared(b), shared(c));
         let dt = softplus(dt + self.dt_bias.val().reshape([1, 1, h]), 1.0); // [batch, seq, h]
         let a = self.a_log.val().exp().neg().reshape([1, 1, h]);

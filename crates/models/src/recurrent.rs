@@ -109,10 +109,14 @@ pub fn a_log_init(n: usize, lo: f64, hi: f64, device: &Device) -> Param<Tensor<1
 ///
 /// # Shapes
 /// - `log_a`: `[batch, seq, heads]` (log of the per-step decay, ≤ 0)
-/// - `q`: `[batch, seq, heads, n_queries, N]`
-/// - `k`: `[batch, seq, heads, n_keys, N]`
+/// - `q`: `[batch, seq, heads, n_queries, N]`, or `[batch, seq, 1, n_queries, N]`: one set of
+///   queries every head reads (Mamba-2's `C`, a single group)
+/// - `k`: `[batch, seq, heads, n_keys, N]`, or `[batch, seq, 1, n_keys, N]` likewise (`B`)
 /// - `v`: `[batch, seq, heads, n_keys, P]`
 /// - output `y`: `[batch, seq, heads, n_queries, P]`
+///
+/// Queries and keys shared by the heads are broadcast, never copied per head, and the chunked
+/// form takes their products once (as mamba_ssm's kernels do for a group).
 pub fn scalar_decay_scan(
     log_a: Tensor<3>,
     q: Tensor<5>,
@@ -134,20 +138,24 @@ pub fn scalar_decay_sequential(
     k: Tensor<5>,
     v: Tensor<5>,
 ) -> Tensor<5> {
-    let [batch, seq, heads, n_queries, n] = q.dims();
-    let [_, _, _, n_keys, p] = v.dims();
+    let [batch, seq, query_heads, n_queries, n] = q.dims();
+    let key_heads = k.dims()[2];
+    let [_, _, heads, n_keys, p] = v.dims();
     let device = q.device();
     let a = log_a.exp();
     let mut state = Tensor::<4>::zeros([batch, heads, p, n], &device);
     let mut outputs = Vec::with_capacity(seq);
     for t in 0..seq {
         let a_t: Tensor<4> = a.clone().narrow(1, t, 1).reshape([batch, heads, 1, 1]);
-        let k_t: Tensor<4> = k.clone().narrow(1, t, 1).reshape([batch, heads, n_keys, n]);
+        let k_t: Tensor<4> = k
+            .clone()
+            .narrow(1, t, 1)
+            .reshape([batch, key_heads, n_keys, n]);
         let v_t: Tensor<4> = v.clone().narrow(1, t, 1).reshape([batch, heads, n_keys, p]);
         let q_t: Tensor<4> = q
             .clone()
             .narrow(1, t, 1)
-            .reshape([batch, heads, n_queries, n]);
+            .reshape([batch, query_heads, n_queries, n]);
         // Σ_m v_m k_mᵀ = Vᵀ K: [batch, heads, P, N]
         state = state * a_t + v_t.swap_dims(2, 3).matmul(k_t);
         // y_r = S q_r, as rows: Q Sᵀ: [batch, heads, n_queries, P]
@@ -202,8 +210,8 @@ pub fn scalar_decay_chunked(
     v: Tensor<5>,
     chunk_size: usize,
 ) -> Tensor<5> {
-    let [batch, seq, heads, n_queries, _] = q.dims();
-    let [_, _, _, n_keys, p] = v.dims();
+    let [batch, seq, _, n_queries, _] = q.dims();
+    let [_, _, heads, n_keys, p] = v.dims();
     if seq == 0 {
         return Tensor::zeros([batch, 0, heads, n_queries, p], &q.device());
     }
@@ -250,6 +258,7 @@ pub fn scalar_decay_chunked(
         .reshape([batch, n_chunks, heads, chunk, 1, chunk, 1])
         .expand([batch, n_chunks, heads, chunk, n_queries, chunk, n_keys])
         .reshape([batch, n_chunks, heads, chunk * n_queries, chunk * n_keys]);
+    // With shared queries and keys their product is one per chunk, weighted per head here.
     let scores = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay;
     let intra = scores.matmul(v.clone()); // [b, nc, h, chunk·R, P]
 

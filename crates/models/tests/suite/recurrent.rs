@@ -127,17 +127,19 @@ fn gdn_layer_inputs_follow_spec_b3() {
 }
 
 /// Sequential and chunked scalar-decay scans agree on outputs and on the gradients of every
-/// input, with several query and key slots and a length that is not a multiple of the chunk.
+/// input, with several query and key slots, with queries and keys shared by the heads
+/// (Mamba-2's one group), and a length that is not a multiple of the chunk.
 #[test]
 fn scalar_decay_scans_agree_on_outputs_and_gradients() {
     let device = Device::flex().autodiff();
     device.seed(7);
     let (batch, seq, heads, n, p) = (2, 19, 2, 6, 5);
-    for (n_queries, n_keys) in [(1, 1), (2, 4)] {
+    for (n_queries, n_keys, shared) in [(1, 1, false), (2, 4, false), (1, 1, true)] {
         let random =
             |shape: [usize; 5]| Tensor::<5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
-        let q = random([batch, seq, heads, n_queries, n]);
-        let k = random([batch, seq, heads, n_keys, n]);
+        let qk_heads = if shared { 1 } else { heads };
+        let q = random([batch, seq, qk_heads, n_queries, n]);
+        let k = random([batch, seq, qk_heads, n_keys, n]);
         let v = random([batch, seq, heads, n_keys, p]);
         let log_a = Tensor::<3>::random(
             [batch, seq, heads],
@@ -168,7 +170,7 @@ fn scalar_decay_scans_agree_on_outputs_and_gradients() {
         let sequential = run(None);
         for chunk in [1, 4, 8, 64] {
             let chunked = run(Some(chunk));
-            let what = format!("slots ({n_queries}, {n_keys}) chunk {chunk}");
+            let what = format!("slots ({n_queries}, {n_keys}), shared {shared}, chunk {chunk}");
             assert!(
                 max_abs_diff(sequential.0.clone(), chunked.0) < 1e-4,
                 "{what}: y"
@@ -189,6 +191,59 @@ fn scalar_decay_scans_agree_on_outputs_and_gradients() {
                 max_abs_diff(sequential.4.clone(), chunked.4) < 1e-3,
                 "{what}: dlog_a"
             );
+        }
+    }
+}
+
+/// Queries and keys shared by the heads give what their copies, one per head, give: the same
+/// outputs, and as the shared tensors' gradients the sums of the copies' over the heads, for
+/// both scans.
+#[test]
+fn shared_queries_and_keys_are_their_copies_per_head() {
+    let device = Device::flex().autodiff();
+    device.seed(11);
+    let (batch, seq, heads, n, p) = (2, 13, 3, 4, 5);
+    let random =
+        |shape: [usize; 5]| Tensor::<5>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    let q = random([batch, seq, 1, 1, n]);
+    let k = random([batch, seq, 1, 1, n]);
+    let v = random([batch, seq, heads, 1, p]);
+    let log_a = Tensor::<3>::random(
+        [batch, seq, heads],
+        Distribution::Uniform(-2.0, 0.0),
+        &device,
+    );
+    let weights = random([batch, seq, heads, 1, p]);
+    for chunk in [None, Some(4), Some(64)] {
+        let run = |copied: bool| {
+            let (q, k) = (
+                q.clone().detach().require_grad(),
+                k.clone().detach().require_grad(),
+            );
+            let per_head = |t: Tensor<5>| {
+                if copied {
+                    t.expand([batch, seq, heads, 1, n])
+                } else {
+                    t
+                }
+            };
+            let (qs, ks) = (per_head(q.clone()), per_head(k.clone()));
+            let y = match chunk {
+                None => scalar_decay_sequential(log_a.clone(), qs, ks, v.clone()),
+                Some(c) => scalar_decay_chunked(log_a.clone(), qs, ks, v.clone(), c),
+            };
+            let grads = (y.clone() * weights.clone()).sum().backward();
+            (y.detach(), q.grad(&grads).unwrap(), k.grad(&grads).unwrap())
+        };
+        let (shared, copies) = (run(false), run(true));
+        assert_eq!(shared.0.dims(), [batch, seq, heads, 1, p]);
+        for (what, a, b) in [
+            ("y", shared.0.clone(), copies.0.clone()),
+            ("dq", shared.1.clone(), copies.1.clone()),
+            ("dk", shared.2.clone(), copies.2.clone()),
+        ] {
+            let diff = max_abs_diff(a, b);
+            assert!(diff < 1e-5, "chunk {chunk:?}: {what} off by {diff}");
         }
     }
 }
