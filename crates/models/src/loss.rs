@@ -13,6 +13,7 @@ use crate::error::ModelError;
 use crate::fused_loss::{HostTargets, fused_state_loss};
 use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views};
 use crate::mixed;
+use crate::split::split;
 
 /// The loss of one batch, with the sums validation accumulates across batches.
 #[derive(Debug, Clone)]
@@ -42,12 +43,12 @@ pub fn step_cross_entropy(
     groups_cross_entropy(class_views(logits), targets)
 }
 
-/// Like [`step_cross_entropy`] of `head.forward(features)` in `precision`, with the head
-/// applied group by group: each run of labels with the same class count gets its logits from
-/// its own columns of the head's weight and bias. Every logit is the same dot product as in
-/// the full head; what changes is the backward pass, which never builds a `[batch, seq, 1878]`
-/// gradient per group (the backward of a slice of a tensor is a zero tensor of the whole
-/// shape). The caller checks the shapes ([`check_head`]).
+/// Like [`step_cross_entropy`] of `head.forward(features)` in `precision`: the head is one
+/// product, as the reference's `Linear`, and its logits are cut into the runs of labels with
+/// the same class count by [`split`], whose backward pass puts the groups' gradients together
+/// once (a slice's would build a `[batch, seq, 1878]` zero tensor per group). The backward
+/// pass is then two products for the whole head, not two per group and a sum of the groups'
+/// input gradients. The caller checks the shapes ([`check_head`]).
 ///
 /// # Shapes
 /// - `features`: `[batch, seq, d]`, the input of `head` (`Linear(d → 1878)`)
@@ -83,9 +84,8 @@ fn check_head(
     Ok(())
 }
 
-/// The head's logits of each [`class_view_specs`] group (they tile the head's columns from the
-/// first), each from its own columns of the weight and bias, in `precision`: `[batch, seq,
-/// n_labels, n_classes]`.
+/// The head's logits in `precision`, cut into each [`class_view_specs`] group (they tile the
+/// head's columns from the first): `[batch, seq, n_labels, n_classes]`.
 fn head_views(
     precision: Precision,
     features: Tensor<3>,
@@ -94,7 +94,7 @@ fn head_views(
     let [batch, seq, _] = features.dims();
     let views = class_view_specs();
     let widths: Vec<usize> = views.iter().map(LabelGroup::n_logits).collect();
-    let logits = mixed::column_groups(precision, features, head, &widths);
+    let logits = split(mixed::linear(precision, head, features), 2, &widths);
     views
         .into_iter()
         .zip(logits)

@@ -29,8 +29,8 @@ pub fn linear<const D: usize>(precision: Precision, linear: &Linear, x: Tensor<D
     product(precision, x, linear.weight.val(), bias)
 }
 
-/// `linear`'s output cut into groups of columns side by side from the first (the head's label
-/// groups, the halves of a packed projection), each group a product with its columns of the
+/// `linear`'s output cut into groups of columns side by side from the first (the halves of the
+/// transformer's packed MLP projection on the CPU), each group a product with its columns of the
 /// weight, in `precision` as [`linear`]. The weight and the bias are cut once
 /// ([`crate::split::split`]), so their gradients are assembled once, not each group's in a
 /// tensor of the whole weight's shape.
