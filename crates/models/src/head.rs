@@ -95,15 +95,18 @@ pub(crate) fn class_view_specs() -> Vec<LabelGroup> {
 
 /// The head's output as per-class views for the loss and metrics: each entry is
 /// `(first_label, logits [batch, seq, n_labels, n_classes])`, one per [`class_view_specs`].
+/// The views tile the head's columns from the first, so they are cut by
+/// [`crate::split::split`], whose backward pass puts their gradients together once (a slice's
+/// would build a `[batch, seq, 1878]` zero tensor per view).
 pub(crate) fn class_views(logits: Tensor<3>) -> Vec<(usize, Tensor<4>)> {
     let [batch, seq, _] = logits.dims();
-    class_view_specs()
+    let specs = class_view_specs();
+    let widths: Vec<usize> = specs.iter().map(LabelGroup::n_logits).collect();
+    specs
         .into_iter()
-        .map(|g| {
-            let view = logits
-                .clone()
-                .narrow(2, g.logit_offset, g.n_logits())
-                .reshape([batch, seq, g.n_labels, g.n_classes]);
+        .zip(crate::split::split(logits, 2, &widths))
+        .map(|(g, view)| {
+            let view = view.reshape([batch, seq, g.n_labels, g.n_classes]);
             (g.first_label, view)
         })
         .collect()

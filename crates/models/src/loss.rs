@@ -11,9 +11,8 @@ use crate::config::Precision;
 use crate::device_loss::device_fused_state_loss;
 use crate::error::ModelError;
 use crate::fused_loss::{HostTargets, fused_state_loss};
-use crate::head::{HEAD_OUT, LabelGroup, N_LABELS, class_view_specs, class_views};
+use crate::head::{HEAD_OUT, N_LABELS, class_views};
 use crate::mixed;
-use crate::split::split;
 
 /// The loss of one batch, with the sums validation accumulates across batches.
 #[derive(Debug, Clone)]
@@ -44,11 +43,9 @@ pub fn step_cross_entropy(
 }
 
 /// Like [`step_cross_entropy`] of `head.forward(features)` in `precision`: the head is one
-/// product, as the reference's `Linear`, and its logits are cut into the runs of labels with
-/// the same class count by [`split`], whose backward pass puts the groups' gradients together
-/// once (a slice's would build a `[batch, seq, 1878]` zero tensor per group). The backward
-/// pass is then two products for the whole head, not two per group and a sum of the groups'
-/// input gradients. The caller checks the shapes ([`check_head`]).
+/// product, as the reference's `Linear`, cut into the runs of labels with the same class
+/// count by [`class_views`], so the backward pass is two products for the whole head. The
+/// caller checks the shapes ([`check_head`]).
 ///
 /// # Shapes
 /// - `features`: `[batch, seq, d]`, the input of `head` (`Linear(d → 1878)`)
@@ -60,10 +57,8 @@ fn step_cross_entropy_in(
     head: &Linear,
     targets: Tensor<3, Int>,
 ) -> Result<Tensor<2>, ModelError> {
-    let views = head_views(precision, features, head)
-        .into_iter()
-        .map(|(group, logits)| (group.first_label, logits));
-    groups_cross_entropy(views, targets)
+    let logits = mixed::linear(precision, head, features);
+    groups_cross_entropy(class_views(logits), targets)
 }
 
 fn check_head(
@@ -82,27 +77,6 @@ fn check_head(
         )));
     }
     Ok(())
-}
-
-/// The head's logits in `precision`, cut into each [`class_view_specs`] group (they tile the
-/// head's columns from the first): `[batch, seq, n_labels, n_classes]`.
-fn head_views(
-    precision: Precision,
-    features: Tensor<3>,
-    head: &Linear,
-) -> Vec<(LabelGroup, Tensor<4>)> {
-    let [batch, seq, _] = features.dims();
-    let views = class_view_specs();
-    let widths: Vec<usize> = views.iter().map(LabelGroup::n_logits).collect();
-    let logits = split(mixed::linear(precision, head, features), 2, &widths);
-    views
-        .into_iter()
-        .zip(logits)
-        .map(|(view, logits)| {
-            let logits = logits.reshape([batch, seq, view.n_labels, view.n_classes]);
-            (view, logits)
-        })
-        .collect()
 }
 
 /// Σ over the groups' labels of `−log softmax(label logits)[target]`, per step.

@@ -238,9 +238,9 @@ fn shared_queries_and_keys_are_their_copies_per_head() {
         let (shared, copies) = (run(false), run(true));
         assert_eq!(shared.0.dims(), [batch, seq, heads, 1, p]);
         for (what, a, b) in [
-            ("y", shared.0.clone(), copies.0.clone()),
-            ("dq", shared.1.clone(), copies.1.clone()),
-            ("dk", shared.2.clone(), copies.2.clone()),
+            ("y", shared.0, copies.0),
+            ("dq", shared.1, copies.1),
+            ("dk", shared.2, copies.2),
         ] {
             let diff = max_abs_diff(a, b);
             assert!(diff < 1e-5, "chunk {chunk:?}: {what} off by {diff}");
