@@ -15,18 +15,35 @@
 //! Written as a loop of tensor operations under autodiff, each step takes its chunk of the six
 //! inputs by a slice, and each slice's backward pass is a zero tensor of the input's whole
 //! shape with the chunk's gradient written into it, added to the other chunks': per input, as
-//! many whole-size passes as there are chunks (4 at 256 steps in chunks of 64, 16 on the CPU's
-//! chunks of 16). [`delta_chunk_recurrence`] computes the same loop in the forward pass and
-//! keeps each chunk's start state and `u`; its backward pass runs the chunks in reverse,
+//! many whole-size passes as there are chunks. [`delta_chunk_recurrence`] computes the loop in
+//! its forward pass and keeps every chunk's start state `S_c` and `u_c`. Of the backward pass,
+//! only two quantities run from chunk to chunk, in reverse:
 //!
 //! ```text
-//! du_c    = QK_cᵀ dO_c + K̃_c dS_{c+1}
-//! dQK_c   = dO_c u_cᵀ,   dQ̃_c = dO_c S_cᵀ,   dK̃_c = u_c dS_{c+1}ᵀ,   dW_c = −du_c S_cᵀ
-//! dŨ_c    = du_c,        dα_c = Σ dS_{c+1} ∘ S_c
-//! dS_c    = α_c dS_{c+1} + Q̃_cᵀ dO_c − W_cᵀ du_c          (dS after the last chunk: 0)
+//! du_c    = QK_cᵀ dO_c + K̃_c dS_{c+1}                       (dS after the last chunk: 0)
+//! dS_c    = α_c dS_{c+1} + Q̃_cᵀ dO_c − W_cᵀ du_c
 //! ```
 //!
-//! and puts each input's chunks together by one concatenation.
+//! and the inputs' gradients are then products over all chunks at once:
+//!
+//! ```text
+//! dŨ = du,   dW = −du Sᵀ,   dQ̃ = dO Sᵀ,   dQK = dO uᵀ,   dK̃ = u dS_nextᵀ,   dα = Σ dS_next ∘ S
+//! ```
+//!
+//! (`dS_next` the gradient of each chunk's end state, `dS_{c+1}`).
+//!
+//! Both passages depend on each column of the value only through that column: column `j` of
+//! `u_c`, `o_c`, `S_{c+1}`, `du_c` and `dS_c` is computed from column `j` of `S_c` (or
+//! `dS_{c+1}`) and the chunk's inputs. On cubecl's devices (`cube.rs` beside this file) each
+//! passage is one kernel with a unit per batch row, head and value column, which keeps its
+//! column of the state in registers through all the chunks: two launches in all, against four
+//! products and four element-wise operations per chunk forward and twice as many backward. On
+//! the CPU
+//! (`flex`) both are tensor operations chunk by chunk ([`forward_by_ops`],
+//! [`backward_by_ops`]); the forward pass computes the outputs with the operations (and in the
+//! order) of the loop it replaced, so they are equal to the bit
+//! (`the_operation_is_the_loop_in_value_and_gradients`); the kernels agree with the CPU to
+//! rounding (`the_kernels_equal_the_tensor_operations_on_cube_cpu`).
 
 use burn::backend::autodiff::{
     Autodiff,
@@ -35,7 +52,9 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, Shape, Slice, TensorMetadata, backend_extension};
+use burn::backend::{
+    AutodiffBackend, Backend, Dispatch, Shape, Slice, TensorMetadata, backend_extension,
+};
 use burn::prelude::*;
 
 /// Each chunk's inputs to the passage from chunk to chunk, all chunks at once (the module
@@ -48,7 +67,8 @@ pub struct ChunkInputs<T> {
     pub w: T,
     /// `Q̃`, the queries decayed from the chunk's start: `[batch, chunks, heads, C, K]`.
     pub q_decayed: T,
-    /// `QK`, the masked decayed scores: `[batch, chunks, heads, C, C]`.
+    /// `QK`, the masked decayed scores, 0 above the diagonal (cubecl's kernels read only the
+    /// rest): `[batch, chunks, heads, C, C]`.
     pub qk: T,
     /// `K̃`, the keys decayed to the chunk's end: `[batch, chunks, heads, C, K]`.
     pub k_to_end: T,
@@ -143,136 +163,98 @@ fn unchunk<B: Backend>(chunks: Vec<FloatTensor<B>>) -> FloatTensor<B> {
     B::float_cat(parts, 1)
 }
 
-/// `Aᵀ B` of two `[batch, heads, ·, ·]` tensors.
+/// `Aᵀ B` of two tensors (batched over all but the last two dimensions).
 fn t_matmul<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
     B::float_matmul(B::float_transpose(a), b)
 }
 
-/// `A Bᵀ` of two `[batch, heads, ·, ·]` tensors.
+/// `A Bᵀ` of two tensors (batched over all but the last two dimensions).
 fn matmul_t<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
     B::float_matmul(a, B::float_transpose(b))
 }
 
-/// What the forward pass leaves of one chunk for the backward pass (all `[batch, heads, ·, ·]`):
-/// the chunk's inputs it reads again (all but `Ũ`), as the forward pass cut them out, its start
-/// state `S_c` and `u_c`.
-#[derive(Debug, Clone)]
-struct Step<B: Backend> {
-    w: FloatTensor<B>,
-    q_decayed: FloatTensor<B>,
-    qk: FloatTensor<B>,
-    k_to_end: FloatTensor<B>,
-    alpha: FloatTensor<B>,
-    state: FloatTensor<B>,
-    u: FloatTensor<B>,
-}
-
-/// The loop of the module docs, in the operations (and their order) of the loop it replaced;
-/// each chunk's [`Step`] in chunk order.
-fn forward<B: Backend>(inputs: ChunkInputs<FloatTensor<B>>) -> (FloatTensor<B>, Vec<Step<B>>) {
+/// The loop of the module docs by tensor operations, in the operations (and their order) of
+/// the loop it replaced: the outputs, each chunk's start state `S_c` (`[batch, chunks, heads,
+/// K, V]`) and `u` (`[batch, chunks, heads, C, V]`).
+pub(crate) fn forward_by_ops<B: Backend>(
+    inputs: ChunkInputs<FloatTensor<B>>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let [batch, n_chunks, heads, _, key] = inputs.w.shape().dims();
     let [.., value] = inputs.u_tilde.shape().dims::<5>();
     let zeros = Shape::new([batch, heads, key, value]);
     let mut state = B::float_zeros(zeros, &inputs.w.device(), inputs.w.dtype().into());
-    let (mut steps, mut outputs) = (Vec::new(), Vec::new());
+    let (mut states, mut us, mut outputs) = (Vec::new(), Vec::new(), Vec::new());
     for c in 0..n_chunks {
         let [u_tilde, w, q_decayed, qk, k_to_end, alpha] =
             inputs.each_ref().map(|t| chunk::<B>(t, c)).into_array();
-        let u = B::float_sub(u_tilde, B::float_matmul(w.clone(), state.clone()));
+        let u = B::float_sub(u_tilde, B::float_matmul(w, state.clone()));
         outputs.push(B::float_add(
-            B::float_matmul(q_decayed.clone(), state.clone()),
-            B::float_matmul(qk.clone(), u.clone()),
+            B::float_matmul(q_decayed, state.clone()),
+            B::float_matmul(qk, u.clone()),
         ));
+        states.push(state.clone());
+        us.push(u.clone());
         // The state after the last chunk is read by nothing.
-        let next = (c + 1 < n_chunks).then(|| {
-            B::float_add(
-                B::float_mul(state.clone(), alpha.clone()),
-                t_matmul::<B>(k_to_end.clone(), u.clone()),
-            )
-        });
-        steps.push(Step {
-            w,
-            q_decayed,
-            qk,
-            k_to_end,
-            alpha,
-            state,
-            u,
-        });
-        let Some(next) = next else { break };
-        state = next;
+        if c + 1 < n_chunks {
+            state = B::float_add(B::float_mul(state, alpha), t_matmul::<B>(k_to_end, u));
+        }
     }
-    (unchunk::<B>(outputs), steps)
+    (
+        unchunk::<B>(outputs),
+        unchunk::<B>(states),
+        unchunk::<B>(us),
+    )
 }
 
-/// A zero tensor of `t`'s shape, device and type.
-fn zeros_like<B: Backend>(t: &FloatTensor<B>) -> FloatTensor<B> {
-    B::float_zeros(t.shape(), &t.device(), t.dtype().into())
-}
-
-/// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`. After the
-/// last chunk `dS` is 0, so that chunk's terms in it are left out rather than multiplied.
-fn backward<B: Backend>(steps: Vec<Step<B>>, grad: FloatTensor<B>) -> ChunkInputs<FloatTensor<B>> {
-    let mut grad_next: Option<FloatTensor<B>> = None; // dS_{c+1}
-    let mut grads = ChunkInputs::from_array(std::array::from_fn(|_| Vec::new()));
-    for (c, step) in steps.into_iter().enumerate().rev() {
-        let Step {
-            w,
-            q_decayed,
-            qk,
-            k_to_end,
-            alpha,
-            state,
-            u,
-        } = step;
+/// The backward pass's passage from chunk to chunk by tensor operations (the module docs):
+/// from the outputs' gradient `grad` and the inputs other than `Ũ`, every chunk's `du_c` and
+/// `dS_{c+1}` (0 for the last chunk), shaped as `u` and the states.
+pub(crate) fn backward_by_ops<B: Backend>(
+    grad: FloatTensor<B>,
+    saved: &Saved<B>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let [batch, n_chunks, heads, _, key] = saved.w.shape().dims();
+    let [.., value] = grad.shape().dims::<5>();
+    let zeros = Shape::new([batch, heads, key, value]);
+    let mut grad_next = B::float_zeros(zeros, &grad.device(), grad.dtype().into());
+    let (mut grad_us, mut grad_nexts) = (Vec::new(), Vec::new());
+    for c in (0..n_chunks).rev() {
+        let [w, q_decayed, qk, k_to_end, alpha] = saved.inputs().map(|t| chunk::<B>(t, c));
         let grad_out = chunk::<B>(&grad, c);
         let through_scores = t_matmul::<B>(qk, grad_out.clone());
-        let (grad_u, grad_k_to_end, grad_alpha, carried) = match grad_next {
-            Some(next) => {
-                let decay_grad = B::float_mul(next.clone(), state.clone());
-                (
-                    B::float_add(through_scores, B::float_matmul(k_to_end, next.clone())),
-                    matmul_t::<B>(u.clone(), next.clone()),
-                    B::float_sum_dim(B::float_sum_dim(decay_grad, 3), 2),
-                    Some(B::float_mul(next, alpha)),
-                )
-            }
-            None => (
-                through_scores,
-                zeros_like::<B>(&k_to_end),
-                zeros_like::<B>(&alpha),
-                None,
-            ),
+        let grad_u = if c + 1 < n_chunks {
+            B::float_add(through_scores, B::float_matmul(k_to_end, grad_next.clone()))
+        } else {
+            through_scores
         };
-        grads.qk.push(matmul_t::<B>(grad_out.clone(), u));
-        grads
-            .q_decayed
-            .push(matmul_t::<B>(grad_out.clone(), state.clone()));
-        grads.k_to_end.push(grad_k_to_end);
-        grads.alpha.push(grad_alpha);
-        grads
-            .w
-            .push(B::float_neg(matmul_t::<B>(grad_u.clone(), state)));
-        let from_output = t_matmul::<B>(q_decayed, grad_out);
-        let reached = match carried {
-            Some(carried) => B::float_add(carried, from_output),
-            None => from_output,
-        };
-        grad_next = Some(B::float_sub(reached, t_matmul::<B>(w, grad_u.clone())));
-        grads.u_tilde.push(grad_u);
+        grad_nexts.push(grad_next.clone());
+        // The first chunk's start state is 0, not an input: its gradient is read by nothing.
+        if c > 0 {
+            let reached = B::float_add(
+                B::float_mul(grad_next, alpha),
+                t_matmul::<B>(q_decayed, grad_out),
+            );
+            grad_next = B::float_sub(reached, t_matmul::<B>(w, grad_u.clone()));
+        }
+        grad_us.push(grad_u);
     }
-    grads.map(|mut reversed| {
-        reversed.reverse();
-        unchunk::<B>(reversed)
-    })
+    grad_us.reverse();
+    grad_nexts.reverse();
+    (unchunk::<B>(grad_us), unchunk::<B>(grad_nexts))
 }
 
-/// The passage from chunk to chunk as a backend operation. Each backend's forward pass is the
-/// default body, from its own tensor operations; the autodiff decorator's adds the backward
-/// pass.
-#[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
+/// The passage from chunk to chunk as backend operations: by tensor operations on the CPU
+/// (the default bodies), by the kernels of `cube.rs` on cubecl's devices, where fusion records
+/// each as one operation; the autodiff decorator's adds the backward pass.
+#[backend_extension(
+    Flex,
+    Cube: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Fusion: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Autodiff
+)]
 pub trait DeltaChunkOps: Backend {
-    /// [`delta_chunk_recurrence`].
+    /// [`delta_chunk_recurrence`]: the outputs of [`DeltaChunkOps::delta_chunk_forward`].
+    #[fusion(default)]
     fn delta_chunk_recurrence(
         u_tilde: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -281,31 +263,144 @@ pub trait DeltaChunkOps: Backend {
         k_to_end: FloatTensor<Self>,
         alpha: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let inputs = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
-        forward::<Self>(ChunkInputs::from_array(inputs)).0
+        Self::delta_chunk_forward(u_tilde, w, q_decayed, qk, k_to_end, alpha).0
     }
+
+    /// The outputs, each chunk's start state and `u` (the module docs).
+    ///
+    /// # Shapes
+    /// - inputs: as [`ChunkInputs`]' fields
+    /// - output: `[batch, chunks, heads, C, V]`, `[batch, chunks, heads, K, V]` and
+    ///   `[batch, chunks, heads, C, V]`
+    #[fusion(meta = |u_tilde, w, _q, _qk, _k, _alpha| (u_tilde.clone(), states_spec(w, u_tilde), u_tilde.clone()))]
+    fn delta_chunk_forward(
+        u_tilde: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let inputs = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
+        forward_by_ops::<Self>(ChunkInputs::from_array(inputs))
+    }
+
+    /// Every chunk's `du_c` and `dS_{c+1}` from the outputs' gradient `grad` (the module docs).
+    ///
+    /// # Shapes
+    /// - `grad`: `[batch, chunks, heads, C, V]`; the rest as [`ChunkInputs`]' fields
+    /// - output: `[batch, chunks, heads, C, V]` and `[batch, chunks, heads, K, V]`
+    #[fusion(meta = |grad, w, _q, _qk, _k, _alpha| (grad.clone(), states_spec(w, grad)))]
+    fn delta_chunk_backward(
+        grad: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let saved = Saved::new([w, q_decayed, qk, k_to_end, alpha]);
+        backward_by_ops::<Self>(grad, &saved)
+    }
+}
+
+/// The spec of the states, `[batch, chunks, heads, K, V]`, from `W`'s `[batch, chunks, heads,
+/// C, K]` and a `[batch, chunks, heads, C, V]` tensor's.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn states_spec(
+    w: &burn::backend::fusion::custom::TensorSpec,
+    values: &burn::backend::fusion::custom::TensorSpec,
+) -> burn::backend::fusion::custom::TensorSpec {
+    let [batch, n_chunks, heads, _, key] = w.shape.dims();
+    let [.., value] = values.shape.dims::<5>();
+    let shape = Shape::new([batch, n_chunks, heads, key, value]);
+    burn::backend::fusion::custom::TensorSpec::new(shape, values.dtype)
 }
 
 impl DeltaChunkOps for burn::backend::Flex {}
 
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-impl DeltaChunkOps for burn::backend::Cube {}
+pub(crate) mod cube;
+
+/// The inputs the backward pass reads again: all but `Ũ`.
+#[derive(Debug, Clone)]
+pub(crate) struct Saved<B: Backend> {
+    w: FloatTensor<B>,
+    q_decayed: FloatTensor<B>,
+    qk: FloatTensor<B>,
+    k_to_end: FloatTensor<B>,
+    alpha: FloatTensor<B>,
+}
+
+impl<B: Backend> Saved<B> {
+    /// `W`, `Q̃`, `QK`, `K̃` and `α`, in that order.
+    fn new([w, q_decayed, qk, k_to_end, alpha]: [FloatTensor<B>; 5]) -> Self {
+        Self {
+            w,
+            q_decayed,
+            qk,
+            k_to_end,
+            alpha,
+        }
+    }
+
+    /// The five by reference, in [`Saved::new`]'s order.
+    fn inputs(&self) -> [&FloatTensor<B>; 5] {
+        [
+            &self.w,
+            &self.q_decayed,
+            &self.qk,
+            &self.k_to_end,
+            &self.alpha,
+        ]
+    }
+
+    /// The five, in [`Saved::new`]'s order.
+    fn into_inputs(self) -> [FloatTensor<B>; 5] {
+        [self.w, self.q_decayed, self.qk, self.k_to_end, self.alpha]
+    }
+}
+
+/// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`, each only
+/// where `wanted`, given the inputs the backward pass reads, every chunk's start state and `u`.
+fn gradients<B: Backend + DeltaChunkOps>(
+    (saved, states, u): (Saved<B>, FloatTensor<B>, FloatTensor<B>),
+    grad: FloatTensor<B>,
+    wanted: [bool; 6],
+) -> [Option<FloatTensor<B>>; 6] {
+    let [w, q_decayed, qk, k_to_end, alpha] = saved.into_inputs();
+    let (grad_u, grad_next) =
+        B::delta_chunk_backward(grad.clone(), w, q_decayed, qk, k_to_end, alpha);
+    let gradient = |i: usize| match i {
+        0 => grad_u.clone(),
+        1 => B::float_neg(matmul_t::<B>(grad_u.clone(), states.clone())),
+        2 => matmul_t::<B>(grad.clone(), states.clone()),
+        3 => matmul_t::<B>(grad.clone(), u.clone()),
+        4 => matmul_t::<B>(u.clone(), grad_next.clone()),
+        _ => {
+            let products = B::float_mul(grad_next.clone(), states.clone());
+            B::float_sum_dim(B::float_sum_dim(products, 4), 3)
+        }
+    };
+    std::array::from_fn(|i| wanted[i].then(|| gradient(i)))
+}
 
 /// The backward pass of [`delta_chunk_recurrence`], for its six inputs.
 #[derive(Debug)]
 struct ChunkBackward;
 
-impl<B: Backend> Backward<B, 6> for ChunkBackward {
-    type State = Vec<Step<B>>;
+impl<B: Backend + DeltaChunkOps> Backward<B, 6> for ChunkBackward {
+    type State = (Saved<B>, FloatTensor<B>, FloatTensor<B>);
 
     fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
         if ops.parents.iter().all(Option::is_none) {
             return;
         }
-        let computed = backward::<B>(ops.state, grad).into_array();
+        let wanted = ops.parents.each_ref().map(Option::is_some);
+        let computed = gradients::<B>(ops.state, grad, wanted);
         for (parent, grad) in ops.parents.into_iter().zip(computed) {
-            if let Some(node) = parent {
+            if let (Some(node), Some(grad)) = (parent, grad) {
                 grads.register::<B>(node.id, grad);
             }
         }
@@ -323,14 +418,59 @@ impl<B: Backend + DeltaChunkOps, C: CheckpointStrategy> DeltaChunkOps for Autodi
     ) -> FloatTensor<Self> {
         let tracked = [u_tilde, w, q_decayed, qk, k_to_end, alpha];
         let nodes = tracked.each_ref().map(|t| t.node());
-        let inputs = ChunkInputs::from_array(tracked.map(|t| t.into_primitive()));
+        let [u_tilde, w, q_decayed, qk, k_to_end, alpha] = tracked.map(|t| t.into_primitive());
         match ChunkBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, saved) = forward::<B>(inputs);
-                prep.finish(saved, out)
+                let (out, states, u) = B::delta_chunk_forward(
+                    u_tilde,
+                    w.clone(),
+                    q_decayed.clone(),
+                    qk.clone(),
+                    k_to_end.clone(),
+                    alpha.clone(),
+                );
+                let saved = Saved::new([w, q_decayed, qk, k_to_end, alpha]);
+                prep.finish((saved, states, u), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(forward::<B>(inputs).0),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::delta_chunk_forward(u_tilde, w, q_decayed, qk, k_to_end, alpha).0)
+            }
         }
+    }
+
+    fn delta_chunk_forward(
+        u_tilde: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let [u_tilde, w, q_decayed, qk, k_to_end, alpha] =
+            [u_tilde, w, q_decayed, qk, k_to_end, alpha].map(|t| t.into_primitive());
+        let (out, states, u) = B::delta_chunk_forward(u_tilde, w, q_decayed, qk, k_to_end, alpha);
+        (
+            <Self as AutodiffBackend>::from_inner(out),
+            <Self as AutodiffBackend>::from_inner(states),
+            <Self as AutodiffBackend>::from_inner(u),
+        )
+    }
+
+    fn delta_chunk_backward(
+        grad: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        q_decayed: FloatTensor<Self>,
+        qk: FloatTensor<Self>,
+        k_to_end: FloatTensor<Self>,
+        alpha: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [grad, w, q_decayed, qk, k_to_end, alpha] =
+            [grad, w, q_decayed, qk, k_to_end, alpha].map(|t| t.into_primitive());
+        let (grad_u, grad_next) = B::delta_chunk_backward(grad, w, q_decayed, qk, k_to_end, alpha);
+        (
+            <Self as AutodiffBackend>::from_inner(grad_u),
+            <Self as AutodiffBackend>::from_inner(grad_next),
+        )
     }
 }
 
@@ -421,6 +561,91 @@ mod tests {
         }
         let untracked = delta_chunk_recurrence(inputs.clone().map(Tensor::inner));
         assert_eq!(values(untracked), values(by_operations(inputs).inner()));
+    }
+
+    /// Random inputs of `n_chunks` chunks of `rows` steps, keys of `key` and values of `value`
+    /// columns, each a view with its heads and steps swapped (as Gated DeltaNet's are); `QK` 0
+    /// above its diagonal, as the masked scores are.
+    #[cfg(feature = "cube-cpu")]
+    fn random_views(
+        [batch, n_chunks, heads, rows, key, value]: [usize; 6],
+        device: &Device,
+    ) -> ChunkInputs<Tensor<5>> {
+        let random = |cols: usize| {
+            let normal = Distribution::Normal(0.0, 0.5);
+            Tensor::<5>::random([batch, n_chunks, rows, heads, cols], normal, device)
+                .swap_dims(2, 3)
+        };
+        let alpha = Distribution::Uniform(0.2, 1.0);
+        let above = Tensor::<2, Bool>::tril_mask([rows, rows], 0, device)
+            .reshape([1, 1, 1, rows, rows])
+            .expand([batch, n_chunks, heads, rows, rows]);
+        ChunkInputs {
+            u_tilde: random(value),
+            w: random(key),
+            q_decayed: random(key),
+            qk: random(rows).mask_fill(above, 0.0),
+            k_to_end: random(key),
+            alpha: Tensor::random([batch, n_chunks, heads, 1, 1], alpha, device),
+        }
+    }
+
+    /// The output and every input's gradient under `sum(o ∘ weights)`.
+    #[cfg(feature = "cube-cpu")]
+    fn output_and_gradients(
+        inputs: &ChunkInputs<Tensor<5>>,
+        weights: &Tensor<5>,
+        device: &Device,
+    ) -> Vec<Vec<f32>> {
+        let moved = |t: &Tensor<5>| Tensor::<5>::from_data(t.to_data(), device);
+        let leaves = inputs
+            .each_ref()
+            .map(|t| moved(t).require_grad())
+            .into_array();
+        let out = delta_chunk_recurrence(ChunkInputs::from_array(leaves.clone()));
+        let grads = (out.clone() * moved(weights)).sum().backward();
+        let mut all = vec![values(out.inner())];
+        all.extend(leaves.map(|leaf| values(leaf.grad(&grads).expect("tracked"))));
+        all
+    }
+
+    /// The kernels on cubecl's CPU runtime against the CPU's tensor operations, through
+    /// autodiff: the output and all six gradients to rounding, on views whose heads and steps
+    /// are swapped, for small odd shapes, one chunk, and Gated DeltaNet's widths (keys of 48,
+    /// values of 96) (`CARGO_TARGET_DIR=target/cube-cpu cargo test --release -p cwm-models
+    /// --features cube-cpu --lib delta_chunks`).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn the_kernels_equal_the_tensor_operations_on_cube_cpu() {
+        let _rng = crate::rng::rng_lock();
+        let cpu = Device::flex().autodiff();
+        let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
+        cpu.seed(37);
+        let names = ["output", "dŨ", "dW", "dQ̃", "dQK", "dK̃", "dα"];
+        for dims in [
+            [2, 3, 2, 5, 4, 6],
+            [1, 1, 3, 7, 5, 3],
+            [2, 4, 2, 16, 48, 96],
+        ] {
+            let inputs = random_views(dims, &cpu);
+            let [batch, n_chunks, heads, rows, _, value] = dims;
+            let normal = Distribution::Normal(0.0, 1.0);
+            let weights = Tensor::<5>::random([batch, n_chunks, heads, rows, value], normal, &cpu);
+            let want = output_and_gradients(&inputs, &weights, &cpu);
+            let got = output_and_gradients(&inputs, &weights, &cube);
+            for ((got, want), name) in got.iter().zip(&want).zip(names) {
+                // Sums of up to 64 products carried through the chunks, in another order: off
+                // by rounding of the largest element's size.
+                let largest = want.iter().map(|w| w.abs()).fold(0.0f32, f32::max);
+                let worst = got
+                    .iter()
+                    .zip(want)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0f32, f32::max);
+                let what = format!("{dims:?}: {name} off by {worst}, its largest {largest}");
+                assert!(worst <= 1e-5 * (1.0 + largest), "{what}");
+            }
+        }
     }
 
     /// No chunks (a sequence of no steps) give no outputs, not a panic.

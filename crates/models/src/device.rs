@@ -63,6 +63,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     }
     crate::kernel_cache::configure_cubecl();
     crate::fusion_search::choose_from_env()?;
+    crate::delta_kernels::choose_from_env()?;
     Ok(Device::cuda(index))
 }
 
@@ -138,6 +139,7 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 fn cube_cpu() -> Result<Device, String> {
     crate::kernel_cache::configure_cubecl();
     crate::fusion_search::choose_from_env()?;
+    crate::delta_kernels::choose_from_env()?;
     Ok(Device::cpu())
 }
 

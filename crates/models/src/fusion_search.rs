@@ -81,14 +81,7 @@ impl FusionBlocks {
     /// # Errors
     /// A message naming the variable when the value is neither a positive number nor `burn`.
     pub fn parse(value: Option<&OsStr>) -> Result<Self, String> {
-        let Some(value) = value.filter(|v| !v.is_empty()) else {
-            return Ok(FusionBlocks::default());
-        };
-        value
-            .to_str()
-            .ok_or_else(|| format!("{value:?} is not UTF-8"))
-            .and_then(str::parse)
-            .map_err(|reason| format!("{FUSION_BLOCKS_VAR}: {reason}"))
+        crate::env_setting::parse(FUSION_BLOCKS_VAR, value)
     }
 
     /// The setting of this process's environment.

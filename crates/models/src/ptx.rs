@@ -137,7 +137,8 @@ fn tensor(shape: &[usize]) -> TensorArg {
 /// Every kernel cwm writes itself, defined for `props` at a d512 transformer's training
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
 /// attention with and without dropout, dropout, the optimizer's update, the short convolution
-/// (at Gated DeltaNet's shapes), the RMSNorm's three kernels.
+/// (at Gated DeltaNet's shapes), the RMSNorm's three kernels, and Gated DeltaNet's passage
+/// from chunk to chunk, both ways.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -156,6 +157,9 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
         out.push((name.into(), kernel));
     }
     for (name, kernel) in norm(&props, &target) {
+        out.push((name.into(), kernel));
+    }
+    for (name, kernel) in delta_chunks(&props, &target) {
         out.push((name.into(), kernel));
     }
     out
@@ -434,6 +438,63 @@ fn norm(
                 roots(),
                 tensor(&[blocks, WIDTH]),
                 GAMMA_ROWS,
+            )),
+        ),
+    ]
+}
+
+/// Gated DeltaNet's passage from chunk to chunk, as `delta_chunks::cube` launches it at d512
+/// (8 heads, keys of 48 and values of 96 columns) in chunks of 64 steps: forward and backward,
+/// a unit per batch row, head and value column.
+fn delta_chunks(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+) -> Vec<(&'static str, Kernel)> {
+    use crate::delta_chunks::cube::{backward_kernel, forward_kernel};
+    use crate::gdn::{KEY_HEAD_DIM, VALUE_HEAD_DIM};
+    const CHUNK: usize = 64;
+    let chunks = SEQ / CHUNK;
+    let t = |rows: usize, cols: usize| tensor(&[BATCH, chunks, HEADS, rows, cols]);
+    let values = || t(CHUNK, VALUE_HEAD_DIM);
+    let keys = || t(CHUNK, KEY_HEAD_DIM);
+    let states = || t(KEY_HEAD_DIM, VALUE_HEAD_DIM);
+    let (count, dim) = elementwise_over(BATCH * HEADS * VALUE_HEAD_DIM);
+    vec![
+        (
+            "delta_chunks_forward",
+            Box::new(forward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count.clone(),
+                dim,
+                values(),
+                keys(),
+                keys(),
+                t(CHUNK, CHUNK),
+                keys(),
+                t(1, 1),
+                values(),
+                states(),
+                values(),
+                KEY_HEAD_DIM,
+            )),
+        ),
+        (
+            "delta_chunks_backward",
+            Box::new(backward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count,
+                dim,
+                values(),
+                keys(),
+                keys(),
+                t(CHUNK, CHUNK),
+                keys(),
+                t(1, 1),
+                values(),
+                states(),
+                KEY_HEAD_DIM,
             )),
         ),
     ]

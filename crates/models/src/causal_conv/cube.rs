@@ -137,7 +137,7 @@ pub(crate) fn empty_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
 }
 
 /// A one-dimensional launch of `n` units on `like`'s device.
-fn grid(like: &CubeTensor, n: usize) -> (CubeCount, CubeDim) {
+pub(crate) fn grid(like: &CubeTensor, n: usize) -> (CubeCount, CubeDim) {
     let cube_dim = CubeDim::new(&like.client, n);
     (
         calculate_cube_count_elemwise(&like.client, n, cube_dim),
