@@ -31,8 +31,11 @@
 #  10. attention-kernels: the same cells with the transformer's training attention by
 #      kernels (`--attention kernels`, crates/models/src/attention_kernel.rs), against step 6's
 #      operations;
-#  11. round2: a second round of step 6 (the table docs/gpu.md carries);
-#  12. all-sizes: d256 and d384 too.
+#  11. delta-ops: Gated DeltaNet's cells of step 6 (`gdn`, when FAMILIES has it) with the
+#      passage from chunk to chunk by tensor operations (`--delta-chunks operations`,
+#      crates/models/src/delta_kernels.rs), against step 6's two kernels;
+#  12. round2: a second round of step 6 (the table docs/gpu.md carries);
+#  13. all-sizes: d256 and d384 too.
 #
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
 # an H200 without a cache), one kernel after another on one core; with CWM_KERNEL_CACHE pointing
@@ -55,13 +58,13 @@
 # command on the still-warm machine goes on where the last call stopped; on a fresh machine,
 # carry $STATE with the last call's compare-stacks.jsonl in it.
 #
-# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 10),
+# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 11),
 # PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
 # time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
-# MORE_SIZES (d256,d384: step 12; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# MORE_SIZES (d256,d384: step 13; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
 # target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
 # as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK
@@ -291,6 +294,9 @@ if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families
 compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"
 compare attention-kernels "$update_families" "$SIZES" 1 "--cwm-args=--attention kernels"
+if [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,gdn,* ]]; then
+  compare delta-ops gdn "$SIZES" 1 "--cwm-args=--delta-chunks operations"
+fi
 compare round2 "$FAMILIES" "$SIZES" 2
 if [ -n "$MORE_SIZES" ]; then
   compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2

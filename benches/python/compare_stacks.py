@@ -336,7 +336,7 @@ def row(arch, size, figures):
     notes = (
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
-        f"{attention_note(ours_last)}; "
+        f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
@@ -362,6 +362,13 @@ def attention_note(line):
     not by its default operations (``attention`` of ``cwm model bench --json``)."""
     attention = line.get("attention")
     return f", attention: {attention}" if attention not in (None, "operations") else ""
+
+
+def delta_chunks_note(line):
+    """How cwm's process passed Gated DeltaNet's state from chunk to chunk on a cubecl device,
+    where not by its default kernels (``delta_chunks`` of ``cwm model bench --json``)."""
+    passage = line.get("delta_chunks")
+    return f", delta chunks: {passage}" if passage not in (None, "kernels") else ""
 
 
 def queued_share(lines):

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use cwm_models::delta_kernels::{DeltaChunks, choose_delta_chunks, chosen_delta_chunks};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
@@ -64,6 +65,11 @@ pub struct BenchArgs {
     /// (crates/models/src/fusion_search.rs).
     #[arg(long)]
     fusion_blocks: Option<FusionBlocks>,
+    /// On the cubecl devices: how Gated DeltaNet passes its state from chunk to chunk, by cwm's
+    /// two kernels (`kernels`) or by tensor operations chunk by chunk (`operations`); default:
+    /// CWM_DELTA_CHUNKS, else kernels (crates/models/src/delta_kernels.rs).
+    #[arg(long)]
+    delta_chunks: Option<DeltaChunks>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in
     /// one autodiff node (`operations`), or as three kernels that keep no [batch, heads, seq,
     /// seq] tensor (`kernels`, crates/models/src/attention_kernel.rs); the train stage's
@@ -91,6 +97,9 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
     }
+    if let Some(setting) = args.delta_chunks {
+        choose_delta_chunks(setting);
+    }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
     let line = if args.json {
@@ -112,6 +121,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "loss": figures.loss.name(),
         "update": args.update.name(),
         "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
+        "delta_chunks": chosen_delta_chunks().map(|c| c.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,
         "median_step_s": figures.median_step_s,

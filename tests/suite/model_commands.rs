@@ -52,16 +52,26 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
         figures["peak_reserved_bytes"].is_null(),
         "no pool report on the CPU"
     );
-    // No cubecl device made, so no fusion search chosen, unless the command chooses one.
+    // No cubecl device made, so no fusion search chosen, unless the command chooses one, and
+    // no passage from chunk to chunk.
     assert!(figures["fusion_blocks"].is_null(), "{figures}");
+    assert!(figures["delta_chunks"].is_null(), "{figures}");
     assert_eq!(figures["attention"], "operations", "{figures}");
     let blocks = [
         &args[..],
-        &["--fusion-blocks", "2", "--attention", "kernels"],
+        &[
+            "--fusion-blocks",
+            "2",
+            "--attention",
+            "kernels",
+            "--delta-chunks",
+            "operations",
+        ],
     ]
     .concat();
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&blocks)).expect("JSON");
     assert_eq!(figures["fusion_blocks"], "2", "{figures}");
+    assert_eq!(figures["delta_chunks"], "operations", "{figures}");
     assert_eq!(figures["attention"], "kernels", "{figures}");
     let flash = ws.cwm(&[&args[..], &["--attention", "flash"]].concat());
     assert_eq!(
