@@ -304,16 +304,22 @@ pub trait DeltaChunkOps: Backend {
     }
 }
 
-/// The spec of the states, `[batch, chunks, heads, K, V]`, from `W`'s `[batch, chunks, heads,
-/// C, K]` and a `[batch, chunks, heads, C, V]` tensor's.
+/// The states' shape, `[batch, chunks, heads, K, V]`, from `W`'s `[batch, chunks, heads, C, K]`
+/// and a `[batch, chunks, heads, C, V]` tensor's.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn states_shape(w: &Shape, values: &Shape) -> Shape {
+    let [batch, n_chunks, heads, _, key] = w.dims();
+    let [.., value] = values.dims::<5>();
+    Shape::new([batch, n_chunks, heads, key, value])
+}
+
+/// The spec of the states ([`states_shape`]) for fusion's record of an operation.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 fn states_spec(
     w: &burn::backend::fusion::custom::TensorSpec,
     values: &burn::backend::fusion::custom::TensorSpec,
 ) -> burn::backend::fusion::custom::TensorSpec {
-    let [batch, n_chunks, heads, _, key] = w.shape.dims();
-    let [.., value] = values.shape.dims::<5>();
-    let shape = Shape::new([batch, n_chunks, heads, key, value]);
+    let shape = states_shape(&w.shape, &values.shape);
     burn::backend::fusion::custom::TensorSpec::new(shape, values.dtype)
 }
 

@@ -26,7 +26,7 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::untile;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::{ChunkInputs, DeltaChunkOps, Saved, backward_by_ops, forward_by_ops};
+use super::{ChunkInputs, DeltaChunkOps, Saved, backward_by_ops, forward_by_ops, states_shape};
 use crate::causal_conv::cube::{empty_like, grid};
 use crate::delta_kernels::{DeltaChunks, chosen_delta_chunks};
 
@@ -192,14 +192,6 @@ fn zeros_like(like: &CubeTensor, shape: Shape) -> CubeTensor {
     CubeBackend::float_zeros(shape, &like.device, FloatDType::F32)
 }
 
-/// `[batch, chunks, heads, K, V]` for `w`'s `[batch, chunks, heads, C, K]` and `values`'
-/// `[batch, chunks, heads, C, V]`.
-fn states_shape(w: &CubeTensor, values: &CubeTensor) -> Shape {
-    let [batch, n_chunks, heads, _, key] = w.meta.shape().dims::<5>();
-    let [.., value] = values.meta.shape().dims::<5>();
-    Shape::new([batch, n_chunks, heads, key, value])
-}
-
 /// Units of a launch over `values`' `[batch, chunks, heads, C, V]`: a batch row, head and
 /// value column each.
 fn units(values: &CubeTensor) -> usize {
@@ -226,14 +218,14 @@ impl DeltaChunkOps for CubeBackend {
         // A storage-tiled tensor (laid out for a matrix product) is read only after un-tiling.
         let [u_tilde, w, q_decayed, qk, k_to_end, alpha] = inputs.map(untile).into_array();
         let values = u_tilde.meta.shape().clone();
-        let states = empty_like(&w, states_shape(&w, &u_tilde));
+        let states = empty_like(&w, states_shape(w.meta.shape(), u_tilde.meta.shape()));
         let (out, u) = (empty_like(&w, values.clone()), empty_like(&w, values));
-        let n = units(&u);
-        if n == 0 || states.meta.shape().num_elements() == 0 {
+        // With a key of at least one column, no states means no units or no chunks.
+        if states.meta.shape().num_elements() == 0 {
             let zeros = |t: &CubeTensor| zeros_like(t, t.meta.shape().clone());
             return (zeros(&out), zeros(&states), zeros(&u));
         }
-        let (count, dim) = grid(&u, n);
+        let (count, dim) = grid(&u, units(&u));
         forward_kernel::launch(
             &u.client.clone(),
             count,
@@ -269,13 +261,13 @@ impl DeltaChunkOps for CubeBackend {
         let [grad, w, q_decayed, qk, k_to_end, alpha] =
             [grad, w, q_decayed, qk, k_to_end, alpha].map(untile);
         let grad_u = empty_like(&grad, grad.meta.shape().clone());
-        let grad_next = empty_like(&grad, states_shape(&w, &grad));
-        let n = units(&grad_u);
-        if n == 0 || grad_next.meta.shape().num_elements() == 0 {
+        let grad_next = empty_like(&grad, states_shape(w.meta.shape(), grad.meta.shape()));
+        // With a key of at least one column, no states means no units or no chunks.
+        if grad_next.meta.shape().num_elements() == 0 {
             let zeros = |t: &CubeTensor| zeros_like(t, t.meta.shape().clone());
             return (zeros(&grad_u), zeros(&grad_next));
         }
-        let (count, dim) = grid(&grad_u, n);
+        let (count, dim) = grid(&grad_u, units(&grad_u));
         backward_kernel::launch(
             &grad_u.client.clone(),
             count,
