@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use burn::prelude::*;
 use criterion::{Criterion, SamplingMode};
-use cwm_models::{AdamWScalars, adamw_update, adamw_update_by_ops};
+use cwm_models::{AdamWScalars, AdamWUpdated, adamw_update, adamw_update_by_ops};
 
 #[path = "support/samples.rs"]
 mod samples;
@@ -36,9 +36,10 @@ fn scalars() -> AdamWScalars {
     AdamWScalars::at_step(10, 3e-4, 0.01, (0.9, 0.95), 1e-8)
 }
 
-/// The clipping factor, a `[1]` tensor on the device as the optimizer passes it.
-fn coef(device: &Device) -> Tensor<1> {
-    Tensor::<1>::from_data(TensorData::new(vec![0.5f32], [1]), device)
+/// A `[1]` tensor on the device, as the optimizer passes the clipping factor (0.5) and the
+/// finiteness flag (0).
+fn scalar(value: f32, device: &Device) -> Tensor<1> {
+    Tensor::<1>::from_data(TensorData::new(vec![value], [1]), device)
 }
 
 /// Parameter, gradient and both moments of `n` elements.
@@ -51,7 +52,7 @@ fn inputs(n: usize, device: &Device) -> [Tensor<1>; 4] {
     })
 }
 
-type Update = fn([Tensor<1>; 4], Tensor<1>, AdamWScalars) -> (Tensor<1>, Tensor<1>, Tensor<1>);
+type Update = fn([Tensor<1>; 4], Tensor<1>, Tensor<1>, AdamWScalars) -> AdamWUpdated;
 
 fn bench(c: &mut Criterion) {
     let device = Device::flex();
@@ -73,9 +74,10 @@ fn bench(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        let (tensors, coef) = (inputs(n, &device), coef(&device));
+                        let tensors = inputs(n, &device);
+                        let (coef, finite) = (scalar(0.5, &device), scalar(0.0, &device));
                         let start = Instant::now();
-                        let out = update(tensors, coef, s);
+                        let out = update(tensors, coef, finite, s);
                         let took = start.elapsed();
                         drop(out);
                         record(&name, took.as_secs_f64());

@@ -18,6 +18,13 @@
 //! anything back; a NaN there (the loss or the norm was not finite) leaves parameter and
 //! moments as they are, as a skipped step must.
 //!
+//! The check after an update that every parameter is still finite (spec D.1 step 7) rides
+//! along: each update takes a one-element `finite` (0, or NaN once a parameter was not finite)
+//! and returns it NaN where its own parameter, as the update leaves it, has an element that is
+//! not. An optimizer threads one such tensor through all its parameters' updates, so the check
+//! costs no reduction per parameter: on a GPU, where each is a launch and an operation for
+//! fusion to record, that was one more per parameter and step beside the update's own.
+//!
 //! Each element goes through the same `f32` operations, in the same order, as
 //! [`adamw_update_by_ops`], so on the CPU the two agree bit for bit (the test
 //! `the_one_pass_update_equals_the_update_by_operations`).
@@ -59,11 +66,12 @@ impl AdamWUpdate {
         self,
         tensors: [Tensor<1>; 4],
         coef: Tensor<1>,
+        finite: Tensor<1>,
         scalars: AdamWScalars,
-    ) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    ) -> AdamWUpdated {
         match self {
-            AdamWUpdate::OnePass => adamw_update(tensors, coef, scalars),
-            AdamWUpdate::Ops => adamw_update_by_ops(tensors, coef, scalars),
+            AdamWUpdate::OnePass => adamw_update(tensors, coef, finite, scalars),
+            AdamWUpdate::Ops => adamw_update_by_ops(tensors, coef, finite, scalars),
         }
     }
 }
@@ -140,18 +148,34 @@ impl AdamWScalars {
     }
 }
 
-/// The update of the module docs: `(p, m, v)` after one step from the parameter `p`, its
-/// gradient `g` and its moments `m`, `v` (all of one shape, on a device without autodiff: the
-/// optimizer works on the parameters' inner tensors), with the clipping factor `coef` (`[1]`;
-/// NaN returns `p`, `m` and `v` unchanged).
+/// What one parameter's update returns.
+#[derive(Debug, Clone)]
+pub struct AdamWUpdated {
+    /// The parameter after the step.
+    pub param: Tensor<1>,
+    /// The first moment after the step.
+    pub m: Tensor<1>,
+    /// The second moment after the step.
+    pub v: Tensor<1>,
+    /// `[1]`: the `finite` passed in, or NaN where the parameter after the step has an element
+    /// that is NaN or infinite.
+    pub finite: Tensor<1>,
+}
+
+/// The update of the module docs: the parameter and moments after one step from the parameter
+/// `p`, its gradient `g` and its moments `m`, `v` (all of one shape, on a device without
+/// autodiff: the optimizer works on the parameters' inner tensors), with the clipping factor
+/// `coef` (`[1]`; NaN returns `p`, `m` and `v` unchanged), and `finite` (`[1]`, 0 or NaN: see
+/// [`AdamWUpdated::finite`]; a skipped step checks the parameter it leaves as it was).
 pub fn adamw_update(
     [p, g, m, v]: [Tensor<1>; 4],
     coef: Tensor<1>,
+    finite: Tensor<1>,
     scalars: AdamWScalars,
-) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+) -> AdamWUpdated {
     on_tensors(
         <Dispatch as AdamWOps>::adamw_update,
-        [p, g, m, v, coef],
+        [p, g, m, v, coef, finite],
         scalars,
     )
 }
@@ -161,33 +185,36 @@ pub fn adamw_update(
 pub fn adamw_update_by_ops(
     [p, g, m, v]: [Tensor<1>; 4],
     coef: Tensor<1>,
+    finite: Tensor<1>,
     scalars: AdamWScalars,
-) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    on_tensors(by_ops::<Dispatch>, [p, g, m, v, coef], scalars)
+) -> AdamWUpdated {
+    on_tensors(by_ops::<Dispatch>, [p, g, m, v, coef, finite], scalars)
 }
 
 /// An update of `Dispatch`'s primitives, on tensors.
 fn on_tensors(
     update: UpdateFn<Primitive>,
-    tensors: [Tensor<1>; 5],
+    tensors: [Tensor<1>; 6],
     scalars: AdamWScalars,
-) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let [p, g, m, v, coef] = tensors.map(Tensor::into_dispatch);
-    let (p, m, v) = update(p, g, m, v, coef, scalars);
-    (
-        Tensor::from_dispatch(p),
-        Tensor::from_dispatch(m),
-        Tensor::from_dispatch(v),
-    )
+) -> AdamWUpdated {
+    let [p, g, m, v, coef, finite] = tensors.map(Tensor::into_dispatch);
+    let (p, m, v, finite) = update(p, g, m, v, coef, finite, scalars);
+    AdamWUpdated {
+        param: Tensor::from_dispatch(p),
+        m: Tensor::from_dispatch(m),
+        v: Tensor::from_dispatch(v),
+        finite: Tensor::from_dispatch(finite),
+    }
 }
 
 type Primitive = FloatTensor<Dispatch>;
 
-/// A parameter and its two moments after an update.
-type Update<T> = (T, T, T);
+/// A parameter, its two moments and the finiteness flag after an update.
+type Update<T> = (T, T, T, T);
 
-/// An update's signature: parameter, gradient, moments, clipping factor, scalars.
-type UpdateFn<T> = fn(T, T, T, T, T, AdamWScalars) -> Update<T>;
+/// An update's signature: parameter, gradient, moments, clipping factor, finiteness flag,
+/// scalars.
+type UpdateFn<T> = fn(T, T, T, T, T, T, AdamWScalars) -> Update<T>;
 
 /// The update as separate operations on a backend's primitives. `g · g`, not a power, which
 /// a GPU need not round as the product: the one-pass updates' operation.
@@ -197,8 +224,9 @@ fn by_ops<B: Backend>(
     m: FloatTensor<B>,
     v: FloatTensor<B>,
     coef: FloatTensor<B>,
+    finite: FloatTensor<B>,
     s: AdamWScalars,
-) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+) -> Update<FloatTensor<B>> {
     let shape = p.shape();
     let coef = B::float_expand(coef, shape.clone());
     let skip = B::bool_expand(skipped::<B>(coef.clone()), shape);
@@ -218,11 +246,24 @@ fn by_ops<B: Backend>(
     );
     let step = B::float_mul_scalar(B::float_div(m_new.clone(), denom), s.step_size.into());
     let p_new = B::float_sub(p_new, step);
+    let p_new = B::float_mask_where(p_new, skip.clone(), p);
+    // `x − x` is 0 for a finite `x` and NaN otherwise; the sum cannot overflow.
+    let probe = B::float_sum(B::float_sub(p_new.clone(), p_new.clone()));
     (
-        B::float_mask_where(p_new, skip.clone(), p),
+        p_new,
         B::float_mask_where(m_new, skip.clone(), m),
         B::float_mask_where(v_new, skip, v),
+        B::float_add(finite, probe),
     )
+}
+
+/// The bits of an `f32`'s exponent: all set for an infinity or a NaN, and only then.
+const EXPONENT: u32 = 0x7f80_0000;
+
+/// Whether every element of `xs` is finite, as a reduction the compiler vectorises (the largest
+/// exponent field; an integer maximum may be taken in any order).
+fn all_finite(xs: &[f32]) -> bool {
+    xs.iter().map(|x| x.to_bits() & EXPONENT).max().unwrap_or(0) != EXPONENT
 }
 
 /// Where `coef` is NaN (a skipped step), as the device's booleans.
@@ -244,13 +285,15 @@ fn update_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, coef: f32, s: &Adam
 }
 
 /// [`update_one`] over slices of one length, written so that the compiler vectorises it (every
-/// index in bounds of all four: no checks in the loop).
-fn update_slices([p, m, v]: [&mut [f32]; 3], g: &[f32], coef: f32, s: &AdamWScalars) {
+/// index in bounds of all four: no checks in the loop); then whether every updated element of
+/// `p` is finite, read while the slice is still in cache.
+fn update_slices([p, m, v]: [&mut [f32]; 3], g: &[f32], coef: f32, s: &AdamWScalars) -> bool {
     let n = p.len().min(g.len()).min(m.len()).min(v.len());
     let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
     for i in 0..n {
         update_one(&mut p[i], g[i], &mut m[i], &mut v[i], coef, s);
     }
+    all_finite(p)
 }
 
 /// The one-pass update as a backend operation (see the module docs). The default body is the
@@ -261,25 +304,32 @@ fn update_slices([p, m, v]: [&mut [f32]; 3], g: &[f32], coef: f32, s: &AdamWScal
     Fusion: cfg(any(feature = "cuda", feature = "cube-cpu"))
 )]
 pub trait AdamWOps: Backend {
-    /// `(p, m, v)` after one step (see [`adamw_update`]).
-    #[fusion(meta = |p, _g, _m, _v, _coef, _s| (p.clone(), p.clone(), p.clone()))]
+    /// `(p, m, v, finite)` after one step (see [`adamw_update`]).
+    #[fusion(meta = |p, _g, _m, _v, _coef, finite, _s| (p.clone(), p.clone(), p.clone(), finite.clone()))]
     fn adamw_update(
         p: FloatTensor<Self>,
         g: FloatTensor<Self>,
         m: FloatTensor<Self>,
         v: FloatTensor<Self>,
         coef: FloatTensor<Self>,
+        finite: FloatTensor<Self>,
         scalars: AdamWScalars,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        by_ops::<Self>(p, g, m, v, coef, scalars)
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        by_ops::<Self>(p, g, m, v, coef, finite, scalars)
     }
 }
 
 mod flex {
     use burn::backend::flex::{Flex, FlexTensor};
+    use burn::backend::ops::FloatTensorOps;
     use rayon::prelude::*;
 
-    use super::{AdamWOps, AdamWScalars, by_ops, update_slices};
+    use super::{AdamWOps, AdamWScalars, Update, all_finite, by_ops, update_slices};
     use crate::flex_storage::whole_f32;
 
     /// Elements per task: large enough that rayon's bookkeeping is noise, small enough that a
@@ -297,38 +347,51 @@ mod flex {
             m: FlexTensor,
             v: FlexTensor,
             coef: FlexTensor,
+            finite: FlexTensor,
             s: AdamWScalars,
-        ) -> (FlexTensor, FlexTensor, FlexTensor) {
+        ) -> Update<FlexTensor> {
             let n = p.layout().num_elements();
             let same = [&g, &m, &v].iter().all(|t| t.layout().num_elements() == n);
-            let scalar = coef.layout().num_elements() == 1;
-            if !same || !scalar || ![&p, &g, &m, &v, &coef].into_iter().all(whole_f32) {
-                return by_ops::<Flex>(p, g, m, v, coef, s);
+            let scalar = [&coef, &finite]
+                .iter()
+                .all(|t| t.layout().num_elements() == 1);
+            let whole = [&p, &g, &m, &v, &coef, &finite].into_iter().all(whole_f32);
+            if !same || !scalar || !whole {
+                return by_ops::<Flex>(p, g, m, v, coef, finite, s);
             }
             let coef = coef.storage::<f32>()[0];
             if coef.is_nan() {
-                return (p, m, v);
+                let finite = flagged(finite, all_finite(&p.storage::<f32>()[..n]));
+                return (p, m, v, finite);
             }
             let (mut p, mut m, mut v) = (p, m, v);
-            {
+            let all = {
                 // Copies first where a tensor is shared (a model kept as a snapshot).
                 let ps = &mut p.storage_mut::<f32>()[..n];
                 let ms = &mut m.storage_mut::<f32>()[..n];
                 let vs = &mut v.storage_mut::<f32>()[..n];
                 let gs = &g.storage::<f32>()[..n];
                 if n <= SERIAL {
-                    update_slices([ps, ms, vs], gs, coef, &s);
+                    update_slices([ps, ms, vs], gs, coef, &s)
                 } else {
                     ps.par_chunks_mut(CHUNK)
                         .zip(ms.par_chunks_mut(CHUNK))
                         .zip(vs.par_chunks_mut(CHUNK))
                         .zip(gs.par_chunks(CHUNK))
-                        .for_each(|(((ps, ms), vs), gs)| {
-                            update_slices([ps, ms, vs], gs, coef, &s);
-                        });
+                        .map(|(((ps, ms), vs), gs)| update_slices([ps, ms, vs], gs, coef, &s))
+                        .reduce(|| true, |a, b| a && b)
                 }
-            }
-            (p, m, v)
+            };
+            (p, m, v, flagged(finite, all))
+        }
+    }
+
+    /// `finite` as it came where `all` of the parameter is finite, NaN where not.
+    fn flagged(finite: FlexTensor, all: bool) -> FlexTensor {
+        if all {
+            finite
+        } else {
+            Flex::float_add_scalar(finite, f32::NAN.into())
         }
     }
 }
@@ -343,10 +406,12 @@ pub(crate) mod cube {
     use burn_cubecl::kernel::into_contiguous;
     use burn_cubecl::tensor::CubeTensor;
 
-    use super::{AdamWOps, AdamWScalars, by_ops};
+    use super::{AdamWOps, AdamWScalars, Update, by_ops};
 
     /// One element per unit, in the order of [`super::update_one`], in place; nothing is
-    /// written when the clipping factor `coef[0]` is NaN (a skipped step).
+    /// written when the clipping factor `coef[0]` is NaN (a skipped step). A unit whose element
+    /// of the parameter, as the step leaves it, is not finite writes NaN to `finite[0]` (units
+    /// that write it at once write the same value).
     #[cube(launch, create_dummy_kernel)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn adamw_kernel(
@@ -355,6 +420,7 @@ pub(crate) mod cube {
         m: &mut Tensor<f32>,
         v: &mut Tensor<f32>,
         coef: &Tensor<f32>,
+        finite: &mut Tensor<f32>,
         decay: f32,
         one_minus_beta1: f32,
         beta2: f32,
@@ -364,19 +430,26 @@ pub(crate) mod cube {
         step_size: f32,
     ) {
         let i = ABSOLUTE_POS;
-        let clip = coef[0];
-        if i >= p.len() || clip.is_nan() {
+        if i >= p.len() {
             terminate!();
         }
-        let grad = g[i] * clip;
-        let decayed = p[i] * decay;
-        let m_old = m[i];
-        let m_new = m_old + (grad - m_old) * one_minus_beta1;
-        let v_new = v[i] * beta2 + grad * grad * one_minus_beta2;
-        let denom = f32::sqrt(v_new) / bias2_sqrt + eps;
-        p[i] = decayed - m_new / denom * step_size;
-        m[i] = m_new;
-        v[i] = v_new;
+        let clip = coef[0];
+        let mut value = p[i];
+        if !clip.is_nan() {
+            let grad = g[i] * clip;
+            let decayed = value * decay;
+            let m_old = m[i];
+            let m_new = m_old + (grad - m_old) * one_minus_beta1;
+            let v_new = v[i] * beta2 + grad * grad * one_minus_beta2;
+            let denom = f32::sqrt(v_new) / bias2_sqrt + eps;
+            value = decayed - m_new / denom * step_size;
+            p[i] = value;
+            m[i] = m_new;
+            v[i] = v_new;
+        }
+        if value.is_nan() || value.is_inf() {
+            finite[0] = f32::NAN;
+        }
     }
 
     /// `t` contiguous in a buffer of its own, which the kernel may overwrite: `t` itself when
@@ -390,6 +463,13 @@ pub(crate) mod cube {
         }
     }
 
+    /// `t` itself when nothing else holds its buffer, else a copy: for the one-element flag,
+    /// which the kernel writes at its first element only. (A tensor that small does not fill
+    /// the buffer the allocator gave it, so [`writable`] would copy it every time.)
+    fn owned(t: CubeTensor) -> CubeTensor {
+        if t.can_mut() { t } else { t.copy() }
+    }
+
     // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
     // implementation records this kernel as one operation.
     impl AdamWOps for CubeBackend {
@@ -399,17 +479,21 @@ pub(crate) mod cube {
             m: CubeTensor,
             v: CubeTensor,
             coef: CubeTensor,
+            finite: CubeTensor,
             s: AdamWScalars,
-        ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        ) -> Update<CubeTensor> {
             let n = p.meta.shape().num_elements();
             let fits = [&p, &g, &m, &v]
                 .iter()
                 .all(|t| t.dtype == DType::F32 && t.meta.shape().num_elements() == n);
-            let scalar = coef.dtype == DType::F32 && coef.meta.shape().num_elements() == 1;
+            let scalar = [&coef, &finite]
+                .iter()
+                .all(|t| t.dtype == DType::F32 && t.meta.shape().num_elements() == 1);
             if !fits || !scalar || n == 0 {
-                return by_ops::<CubeBackend>(p, g, m, v, coef, s);
+                return by_ops::<CubeBackend>(p, g, m, v, coef, finite, s);
             }
             let (p, m, v) = (writable(p), writable(m), writable(v));
+            let finite = owned(finite);
             let (g, coef) = (into_contiguous(g), into_contiguous(coef));
             let client = p.client.clone();
             let cube_dim = CubeDim::new(&client, n);
@@ -423,6 +507,7 @@ pub(crate) mod cube {
                 m.clone().into_tensor_arg(),
                 v.clone().into_tensor_arg(),
                 coef.into_tensor_arg(),
+                finite.clone().into_tensor_arg(),
                 s.decay,
                 s.one_minus_beta1,
                 s.beta2,
@@ -431,7 +516,7 @@ pub(crate) mod cube {
                 s.eps,
                 s.step_size,
             );
-            (p, m, v)
+            (p, m, v, finite)
         }
     }
 }
@@ -462,6 +547,11 @@ mod tests {
     /// A clipping factor of `value`, on `device`.
     fn coef(value: f32, device: &Device) -> Tensor<1> {
         Tensor::<1>::from_data(TensorData::new(vec![value], [1]), device)
+    }
+
+    /// A finiteness flag that says "finite so far".
+    fn clean(device: &Device) -> Tensor<1> {
+        coef(0.0, device)
     }
 
     fn bits(t: Tensor<1>) -> Vec<u32> {
@@ -506,26 +596,32 @@ mod tests {
             };
             let s = scalars(step);
             let inputs = [&p, &g, &m, &v].map(|values| tensor(values.clone()));
-            let by_ops = adamw_update_by_ops(inputs, coef(0.37, &device), s);
+            let by_ops = adamw_update_by_ops(inputs, coef(0.37, &device), clean(&device), s);
             // The parameter shared with a snapshot: updated in a copy, the snapshot untouched.
             let snapshot = tensor(p.clone());
             let inputs = [snapshot.clone(), tensor(g), tensor(m), tensor(v)];
-            let one_pass = adamw_update(inputs, coef(0.37, &device), s);
+            let one_pass = adamw_update(inputs, coef(0.37, &device), clean(&device), s);
             let none = (0, None);
             assert_eq!(
-                differing(one_pass.0, by_ops.0),
+                differing(one_pass.param, by_ops.param),
                 none,
                 "parameter, step {step}"
             );
             assert_eq!(
-                differing(one_pass.1, by_ops.1),
+                differing(one_pass.m, by_ops.m),
                 none,
                 "first moment, step {step}"
             );
             assert_eq!(
-                differing(one_pass.2, by_ops.2),
+                differing(one_pass.v, by_ops.v),
                 none,
                 "second moment, step {step}"
+            );
+            assert_eq!(bits(one_pass.finite), [0], "finiteness, step {step}");
+            assert_eq!(
+                bits(by_ops.finite),
+                [0],
+                "finiteness by operations, step {step}"
             );
             assert_eq!(differing(snapshot, tensor(p)), none, "the snapshot changed");
         }
@@ -545,12 +641,14 @@ mod tests {
         let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
         let s = scalars(5);
         let inputs = || [&p, &g, &m, &v].map(|values| tensor(values.clone()));
-        let by_ops = adamw_update_by_ops(inputs(), coef(0.37, &device), s);
-        let kernel = adamw_update(inputs(), coef(0.37, &device), s);
-        let skipped = adamw_update(inputs(), coef(f32::NAN, &device), s);
+        let by_ops = adamw_update_by_ops(inputs(), coef(0.37, &device), clean(&device), s);
+        let kernel = adamw_update(inputs(), coef(0.37, &device), clean(&device), s);
+        let skipped = adamw_update(inputs(), coef(f32::NAN, &device), clean(&device), s);
+        assert_eq!(bits(kernel.finite), [0], "finiteness");
+        assert_eq!(bits(skipped.finite), [0], "finiteness of a skipped step");
         for (name, before, after) in [
-            ("parameter", &p, skipped.0),
-            ("first moment", &m, skipped.1),
+            ("parameter", &p, skipped.param),
+            ("first moment", &m, skipped.m),
         ] {
             assert_eq!(
                 bits(after),
@@ -559,14 +657,14 @@ mod tests {
             );
         }
         assert_eq!(
-            bits(skipped.2),
+            bits(skipped.v),
             bits(tensor(v.clone())),
             "second moment of a skipped step"
         );
         for (name, a, b) in [
-            ("parameter", kernel.0, by_ops.0),
-            ("first moment", kernel.1, by_ops.1),
-            ("second moment", kernel.2, by_ops.2),
+            ("parameter", kernel.param, by_ops.param),
+            ("first moment", kernel.m, by_ops.m),
+            ("second moment", kernel.v, by_ops.v),
         ] {
             let (a, b) = (bits(a), bits(b));
             // Within one unit in the last place: a compiler may contract a product and a sum
@@ -595,11 +693,12 @@ mod tests {
         let [p, g, m] = [1, 2, 3].map(half);
         let v = half(4).abs();
         let inputs = [p, g, m, v];
-        let expected = adamw_update_by_ops(inputs.clone(), coef(0.37, &device), s);
-        let got = adamw_update(inputs, coef(0.37, &device), s);
-        assert_eq!(differing(got.0, expected.0), (0, None));
-        assert_eq!(differing(got.1, expected.1), (0, None));
-        assert_eq!(differing(got.2, expected.2), (0, None));
+        let expected = adamw_update_by_ops(inputs.clone(), coef(0.37, &device), clean(&device), s);
+        let got = adamw_update(inputs, coef(0.37, &device), clean(&device), s);
+        assert_eq!(differing(got.param, expected.param), (0, None));
+        assert_eq!(differing(got.m, expected.m), (0, None));
+        assert_eq!(differing(got.v, expected.v), (0, None));
+        assert_eq!(bits(got.finite), bits(expected.finite));
     }
 
     #[test]
@@ -613,12 +712,100 @@ mod tests {
             let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
             for update in AdamWUpdate::ALL {
                 let inputs = [&p, &g, &m, &v].map(|values| tensor(values.clone()));
-                let (p2, m2, v2) = update.apply(inputs, coef(f32::NAN, &device), scalars(4));
+                let nan = coef(f32::NAN, &device);
+                let out = update.apply(inputs, nan, clean(&device), scalars(4));
+                assert_eq!(bits(out.finite), [0], "{update}, {n} elements: finiteness");
+                let (p2, m2, v2) = (out.param, out.m, out.v);
                 for (name, before, after) in [("p", &p, p2), ("m", &m, m2), ("v", &v, v2)] {
                     let want: Vec<u32> = before.iter().map(|x| x.to_bits()).collect();
                     assert_eq!(bits(after), want, "{update}, {n} elements: {name} changed");
                 }
             }
         }
+    }
+
+    /// The finiteness flag after a step (skipped where `skip`) of `n` elements by `update`,
+    /// whose parameter has `bad` at index `at` before it.
+    fn flag_after(
+        update: AdamWUpdate,
+        (n, at): (usize, usize),
+        bad: f32,
+        skip: bool,
+        device: &Device,
+    ) -> Vec<u32> {
+        let tensor =
+            |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), device);
+        let [mut p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
+        let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
+        p[at] = bad;
+        let factor = if skip { f32::NAN } else { 0.37 };
+        let inputs = [p, g, m, v].map(tensor);
+        bits(
+            update
+                .apply(inputs, coef(factor, device), clean(device), scalars(2))
+                .finite,
+        )
+    }
+
+    /// Every way of updating, on `device`: a finite step leaves the flag 0; a NaN or an
+    /// infinity in the parameter (kept by the step, or left by a skipped one) turns it NaN; a
+    /// flag already NaN stays NaN.
+    fn the_flag_follows_the_parameter_on(device: &Device) {
+        let nan_bits = |t: Vec<u32>| t.len() == 1 && f32::from_bits(t[0]).is_nan();
+        // Both sides of the one-pass update's serial bound, the bad element last or inside.
+        for (n, at) in [(1_000, 999), (70_000, 40_001)] {
+            for update in AdamWUpdate::ALL {
+                let what = format!("{update}, {n} elements");
+                let place = (n, at);
+                assert_eq!(flag_after(update, place, 0.5, false, device), [0], "{what}");
+                assert_eq!(
+                    flag_after(update, place, 0.5, true, device),
+                    [0],
+                    "{what}, skipped"
+                );
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    for skip in [false, true] {
+                        let flag = flag_after(update, place, bad, skip, device);
+                        assert!(
+                            nan_bits(flag.clone()),
+                            "{what}: {bad}, skipped {skip}: {flag:?}"
+                        );
+                    }
+                }
+                // Already NaN: a finite parameter does not clear it.
+                let tensor =
+                    |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), device);
+                let [p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
+                let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
+                let inputs = [p, g, m, v].map(tensor);
+                let flag = update.apply(
+                    inputs.clone(),
+                    coef(0.37, device),
+                    coef(f32::NAN, device),
+                    scalars(2),
+                );
+                assert!(
+                    nan_bits(bits(flag.finite)),
+                    "{what}: an incoming NaN was cleared"
+                );
+                // A finite parameter made infinite by the step: a learning rate past f32.
+                let huge = AdamWScalars::at_step(2, 1e39, 0.0, (0.9, 0.95), 1e-8);
+                let flag = update.apply(inputs, coef(0.37, device), clean(device), huge);
+                assert!(nan_bits(bits(flag.finite)), "{what}: an overflowing step");
+            }
+        }
+    }
+
+    #[test]
+    fn the_finiteness_flag_follows_the_parameter_after_the_step() {
+        the_flag_follows_the_parameter_on(&Device::flex());
+    }
+
+    /// The same through the kernel (`cargo test --release -p cwm-models --features cube-cpu
+    /// --lib adamw_update`).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn the_kernel_s_finiteness_flag_follows_the_parameter_after_the_step() {
+        the_flag_follows_the_parameter_on(&crate::device_by_name("cube-cpu").unwrap());
     }
 }

@@ -88,7 +88,9 @@ pub use model::{Model, StateModel, params, params_of};
 pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.
-pub use adamw_update::{AdamWScalars, AdamWUpdate, adamw_update, adamw_update_by_ops};
+pub use adamw_update::{
+    AdamWScalars, AdamWUpdate, AdamWUpdated, adamw_update, adamw_update_by_ops,
+};
 pub use attention::{causal_attention, causal_attention_train, merge_heads, split_heads};
 pub use gdn::{DeltaRuleInputs, GatedDeltaNet, delta_rule_chunked, delta_rule_sequential};
 pub use glu::{GateHalf, swiglu};

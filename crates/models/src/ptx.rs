@@ -302,6 +302,7 @@ fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -
         t(),
         t(),
         tensor(&[1]),
+        tensor(&[1]),
         0.99,
         0.1,
         0.95,

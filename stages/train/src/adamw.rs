@@ -162,14 +162,19 @@ fn global_norm<M: Module>(model: &M, grads: &GradientsParams) -> Option<Tensor<1
     total(visitor.squares).map(Tensor::sqrt)
 }
 
-/// Sums, over every float parameter, `x − x`: 0 when every element is finite, NaN when one is
-/// NaN or infinite (and never an overflow, unlike a plain sum).
-struct FiniteVisitor {
+/// Sums, over every float parameter without a gradient in `grads`, `x − x`: 0 when every
+/// element is finite, NaN when one is NaN or infinite (and never an overflow, unlike a plain
+/// sum). The parameters with one are checked by their updates.
+struct FiniteVisitor<'a> {
+    grads: &'a GradientsParams,
     sums: Vec<Tensor<1>>,
 }
 
-impl ModuleVisitor for FiniteVisitor {
+impl ModuleVisitor for FiniteVisitor<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if self.grads.get::<D>(param.id).is_some() {
+            return;
+        }
         let x = param.val().inner();
         let n = x.shape().num_elements();
         let x = x.reshape([n]);
@@ -177,10 +182,13 @@ impl ModuleVisitor for FiniteVisitor {
     }
 }
 
-/// `[1]` on the device: 0 when every float parameter of `model` is finite (spec D.1 step 7's
-/// check after an update), NaN otherwise; `None` for a model without parameters.
-fn finiteness<M: Module>(model: &M) -> Option<Tensor<1>> {
-    let mut visitor = FiniteVisitor { sums: Vec::new() };
+/// `[1]` on the device: 0 when every float parameter of `model` that has no gradient in
+/// `grads` is finite, NaN otherwise; `None` when every parameter has one (the usual case).
+fn finiteness_without_gradient<M: Module>(model: &M, grads: &GradientsParams) -> Option<Tensor<1>> {
+    let mut visitor = FiniteVisitor {
+        grads,
+        sums: Vec::new(),
+    };
     model.visit(&mut visitor);
     total(visitor.sums)
 }
@@ -197,6 +205,9 @@ struct UpdateMapper<'a> {
     states: &'a mut BTreeMap<String, Moments>,
     lr: f64,
     coef: Tensor<1>,
+    /// `[1]`, 0 while every parameter updated so far is finite, NaN once one is not: passed
+    /// from update to update (taken and put back, so that each update may write it in place).
+    finite: Option<Tensor<1>>,
     /// The paths whose step count this update advanced.
     touched: Vec<String>,
 }
@@ -231,10 +242,16 @@ impl ModuleMapper for UpdateMapper<'_> {
         };
         let betas = (c.beta1, c.beta2);
         let scalars = AdamWScalars::at_step(step, self.lr, wd, betas, c.eps);
-        let (p, m, v) = c.update.apply([p, grad, m, v], self.coef.clone(), scalars);
+        // Always there: every update puts it back.
+        let finite = self.finite.take().unwrap_or_else(|| self.coef.zeros_like());
+        let updated = c
+            .update
+            .apply([p, grad, m, v], self.coef.clone(), finite, scalars);
+        self.finite = Some(updated.finite);
+        let (m, v) = (updated.m, updated.v);
         self.touched.push(path.clone());
         self.states.insert(path, Moments { step, m, v });
-        let mut value = Tensor::from_inner(p.reshape(dims));
+        let mut value = Tensor::from_inner(updated.param.reshape(dims));
         if require_grad {
             value = value.require_grad();
         }
@@ -281,11 +298,16 @@ impl AdamW {
             states: &mut self.states,
             lr,
             coef: coef.clone(),
+            finite: Some(zero()),
             touched: Vec::new(),
         };
         let model = model.map(&mut mapper);
         let touched = mapper.touched;
-        let finite = finiteness(&model).unwrap_or_else(zero);
+        let updated = mapper.finite.unwrap_or_else(zero);
+        let finite = match finiteness_without_gradient(&model, grads) {
+            Some(rest) => updated + rest,
+            None => updated,
+        };
         let values = read_f32(Tensor::cat(vec![loss, norm, coef, finite], 0))?;
         let &[loss, grad_norm, coef, finite] = values.as_slice() else {
             return Err(TrainError::Failed(format!(
@@ -616,12 +638,38 @@ mod tests {
     #[test]
     fn an_update_that_overflows_a_parameter_is_reported_as_not_finite() {
         let device = Device::flex().autodiff();
-        let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.0, 0.0));
-        let model = tiny(&device);
-        let (loss, grads) = grads_of(&model, 1.0);
-        // lr / (1 − β1) overflows f32: the step is infinite.
-        let outcome = optim.step(model, loss, &grads, 1e39).unwrap().1;
-        assert!(outcome.applied && !outcome.params_finite, "{outcome:?}");
+        for update in AdamWUpdate::ALL {
+            let mut config = AdamWConfig::new(0.99, 0.0, 0.0);
+            config.update = update;
+            let mut optim = AdamW::new(config);
+            let model = tiny(&device);
+            let (loss, grads) = grads_of(&model, 1.0);
+            // lr / (1 − β1) overflows f32: the step is infinite.
+            let outcome = optim.step(model, loss, &grads, 1e39).unwrap().1;
+            assert!(
+                outcome.applied && !outcome.params_finite,
+                "{update}: {outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_parameter_without_a_gradient_is_still_checked_for_finiteness() {
+        let device = Device::flex().autodiff();
+        for (a_log, finite) in [(1.5f32, true), (f32::INFINITY, false), (f32::NAN, false)] {
+            let mut model = tiny(&device);
+            model.a_log = Param::from_tensor(
+                Tensor::<1>::from_data(TensorData::new(vec![a_log, -0.75], [2]), &device)
+                    .require_grad(),
+            );
+            // A loss of `w` alone: `a_log` gets no gradient, so no update checks it.
+            let loss = model.w.val().square().sum();
+            let grads = GradientsParams::from_grads(loss.clone().backward(), &model);
+            let mut optim = AdamW::new(AdamWConfig::new(0.99, 0.0, 0.0));
+            let outcome = optim.step(model, loss.detach(), &grads, 1e-2).unwrap().1;
+            assert!(outcome.applied, "a_log {a_log}: {outcome:?}");
+            assert_eq!(outcome.params_finite, finite, "a_log {a_log}: {outcome:?}");
+        }
     }
 
     #[test]
