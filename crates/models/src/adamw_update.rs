@@ -724,6 +724,17 @@ mod tests {
         }
     }
 
+    /// Parameter, gradient and moments of `n` elements on `device` (the second moment made
+    /// non-negative), with `p[at]` set to `bad` where given.
+    fn step_inputs(n: usize, bad: Option<(usize, f32)>, device: &Device) -> [Tensor<1>; 4] {
+        let [mut p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
+        let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
+        if let Some((at, value)) = bad {
+            p[at] = value;
+        }
+        [p, g, m, v].map(|values| Tensor::<1>::from_data(TensorData::new(values, [n]), device))
+    }
+
     /// The finiteness flag after a step (skipped where `skip`) of `n` elements by `update`,
     /// whose parameter has `bad` at index `at` before it.
     fn flag_after(
@@ -733,13 +744,8 @@ mod tests {
         skip: bool,
         device: &Device,
     ) -> Vec<u32> {
-        let tensor =
-            |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), device);
-        let [mut p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
-        let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
-        p[at] = bad;
         let factor = if skip { f32::NAN } else { 0.37 };
-        let inputs = [p, g, m, v].map(tensor);
+        let inputs = step_inputs(n, Some((at, bad)), device);
         bits(
             update
                 .apply(inputs, coef(factor, device), clean(device), scalars(2))
@@ -773,11 +779,7 @@ mod tests {
                     }
                 }
                 // Already NaN: a finite parameter does not clear it.
-                let tensor =
-                    |values: Vec<f32>| Tensor::<1>::from_data(TensorData::new(values, [n]), device);
-                let [p, g, m, v] = [1, 2, 3, 4].map(|salt| case(n, salt));
-                let v: Vec<f32> = v.into_iter().map(f32::abs).collect();
-                let inputs = [p, g, m, v].map(tensor);
+                let inputs = step_inputs(n, None, device);
                 let flag = update.apply(
                     inputs.clone(),
                     coef(0.37, device),
