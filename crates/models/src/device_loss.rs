@@ -16,6 +16,10 @@
 //!    column sum (so no `[steps, 1878]` gradient is assembled), which enter the graph through
 //!    the surrogate of [`crate::fused_loss::loss_with_head_gradient`].
 //!
+//! On cubecl's devices steps 2 and 3 are one kernel for every label at once
+//! ([`crate::label_loss`]) and one share of the gradients (two products and a column sum for
+//! all 1,878 columns); on `flex` (the tests' reference) they are the tensor operations above.
+//!
 //! After the forward pass only the `[steps, d]` and `[d, 1878]` gradients are held, not
 //! tensors of the logits' size, and the backward pass of the loss is three multiplications.
 //! While it runs, the logits and one group's exponentials and gradient are alive at once.
@@ -55,6 +59,15 @@ pub(crate) fn device_fused_state_loss(
     let weight =
         (mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1])).reshape([steps, 1, 1]);
     let w = head.weight.val().inner();
+    #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+    if z.device() != Device::flex() {
+        // cubecl's devices: every label at once, one kernel, then one share of the gradients.
+        let targets = targets.float();
+        let (ce, grad) = crate::label_loss::label_losses(z, targets, weight.reshape([steps, 1]));
+        let grads = HeadGradients::of(x, w, grad);
+        let per_step = ce.sum_dim(1); // [steps, 1]
+        return finish(features, head, grads, per_step, mask, denom);
+    }
     let mut per_step = mask.zeros_like(); // [steps, 1]
     let mut grad_x = x.zeros_like(); // [steps, d]
     let (mut grad_w, mut grad_b) = (Vec::new(), Vec::new());
@@ -84,6 +97,20 @@ pub(crate) fn device_fused_state_loss(
         bias: Tensor::cat(grad_b, 0),   // [1878]
     };
     debug_assert_eq!(grads.bias.dims(), [HEAD_OUT]);
+    finish(features, head, grads, per_step, mask, denom)
+}
+
+/// The loss from each step's cross-entropy summed over its labels (`per_step`, `[steps, 1]`),
+/// the steps' validity (`mask`, `[steps, 1]`), the denominator (`[1]`) and the head's
+/// gradients: the value, and the surrogate through which the gradients enter the graph.
+fn finish(
+    features: Tensor<3>,
+    head: &Linear,
+    grads: HeadGradients,
+    per_step: Tensor<2>,
+    mask: Tensor<2>,
+    denom: Tensor<1>,
+) -> StateLoss {
     let loss_sum = (per_step * mask).sum(); // [1]
     let value = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {

@@ -51,6 +51,8 @@ pub mod hidden;
 pub mod interop;
 pub mod kernel_cache;
 pub mod kernel_profile;
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+mod label_loss;
 mod loss;
 mod mamba;
 mod metrics;

@@ -31,7 +31,7 @@ use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_llvm::shared::lowered_features::{GpuTarget, restrict_features};
 
 use crate::attention_kernel::cube::{BLOCK, UNITS, dkdv_kernel, dq_kernel, forward_kernel};
-use crate::{adamw_update, dropout};
+use crate::{adamw_update, dropout, label_loss};
 
 /// The CUDA release whose PTX version the compiler targets: the driver of the GPU machines
 /// lent so far (580.159.04) is CUDA 13.0's, which `cuDriverGetVersion` reports as 13000.
@@ -137,8 +137,8 @@ fn tensor(shape: &[usize]) -> TensorArg {
 /// Every kernel cwm writes itself, defined for `props` at a d512 transformer's training
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
 /// attention with and without dropout, dropout, the optimizer's update, the short convolution
-/// (at Gated DeltaNet's shapes), the RMSNorm's three kernels, and Gated DeltaNet's passage
-/// from chunk to chunk, both ways.
+/// (at Gated DeltaNet's shapes), the RMSNorm's three kernels, Gated DeltaNet's passage from
+/// chunk to chunk, both ways, and the device loss's kernel.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -153,6 +153,7 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     }
     out.push(("dropout".into(), dropout_kernel(&props, &target)));
     out.push(("adamw_update".into(), adamw_kernel(&props, &target)));
+    out.push(("label_loss".into(), label_loss_kernel(&props, &target)));
     for (name, kernel) in convolution(&props, &target) {
         out.push((name.into(), kernel));
     }
@@ -310,6 +311,27 @@ fn adamw_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -
         0.5,
         1e-8,
         3e-4,
+    ))
+}
+
+/// The device loss's kernel at the paper's batch: a unit per step and label of `[batch ·
+/// seq, 1878]` logits.
+fn label_loss_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetProperties>) -> Kernel {
+    let steps = BATCH * SEQ;
+    let (count, dim) = elementwise_over(steps * crate::head::N_LABELS);
+    let logits = || tensor(&[steps, crate::head::HEAD_OUT]);
+    let labels = || tensor(&[steps, crate::head::N_LABELS]);
+    Box::new(label_loss::cube::label_loss_kernel::create_dummy_kernel(
+        props.clone(),
+        target.clone(),
+        count,
+        dim,
+        logits(),
+        labels(),
+        tensor(&[steps, 1]),
+        tensor(&[crate::head::N_LABELS, 2]),
+        labels(),
+        logits(),
     ))
 }
 

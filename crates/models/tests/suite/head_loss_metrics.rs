@@ -304,7 +304,17 @@ fn loss_and_gradients(
     kernel: LossKernel,
     lengths: [usize; 2],
 ) -> (f64, f64, f64, Vec<f32>, Vec<f32>, Vec<f32>) {
-    let device = Device::flex().autodiff();
+    loss_and_gradients_on(&Device::flex().autodiff(), kernel, lengths)
+}
+
+/// [`loss_and_gradients`] on `device` (with autodiff).
+#[allow(clippy::type_complexity)]
+fn loss_and_gradients_on(
+    device: &Device,
+    kernel: LossKernel,
+    lengths: [usize; 2],
+) -> (f64, f64, f64, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let device = device.clone();
     let (head, features, targets, _) = head_batch(&device);
     let valid = valid_mask(&lengths, 5, &device).unwrap();
     let features = features.require_grad();
@@ -354,6 +364,44 @@ fn the_fused_losses_equal_the_generic_one_in_value_and_gradients() {
         for (name, grad) in [("features", gx), ("weight", gw), ("bias", gb)] {
             assert!(grad.iter().all(|&g| g == 0.0), "{kernel}: {name}");
         }
+    }
+}
+
+/// The device's fused loss through its kernel (`label_loss.rs`) against the generic loss, both
+/// on cubecl's CPU runtime (`cargo test --release -p cwm-models --features cube-cpu --test
+/// tests the_device_loss_kernel`).
+#[cfg(feature = "cube-cpu")]
+#[test]
+fn the_device_loss_kernel_equals_the_generic_loss_in_value_and_gradients() {
+    let device = cwm_models::device_by_name("cube-cpu").unwrap().autodiff();
+    let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) =
+        loss_and_gradients_on(&device, LossKernel::Generic, [5, 2]);
+    let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) =
+        loss_and_gradients_on(&device, LossKernel::FusedDevice, [5, 2]);
+    assert_eq!(denom_f, denom_g);
+    assert!(
+        (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
+        "{loss_f} vs {loss_g}"
+    );
+    assert!(
+        (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
+        "{sum_f} vs {sum_g}"
+    );
+    let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 1e-4, "gradient too small to compare: {scale}");
+    for (name, fused, generic) in [
+        ("features", gx_f, &gx_g),
+        ("weight", gw_f, &gw_g),
+        ("bias", gb_f, &gb_g),
+    ] {
+        let diff = max_abs_diff(&fused, generic);
+        assert!(diff < 1e-6, "{name}: max abs difference {diff}");
+    }
+    let (loss, sum, denom, gx, gw, gb) =
+        loss_and_gradients_on(&device, LossKernel::FusedDevice, [0, 0]);
+    assert_eq!((loss, sum, denom), (0.0, 0.0, 0.0));
+    for (name, grad) in [("features", gx), ("weight", gw), ("bias", gb)] {
+        assert!(grad.iter().all(|&g| g == 0.0), "{name}");
     }
 }
 
