@@ -369,7 +369,7 @@ fn the_fused_losses_equal_the_generic_one_in_value_and_gradients() {
 
 /// The device's fused loss through its kernel (`label_loss.rs`) against the generic loss, both
 /// on cubecl's CPU runtime (`cargo test --release -p cwm-models --features cube-cpu --test
-/// tests the_device_loss_kernel`).
+/// suite the_device_loss_kernel`).
 #[cfg(feature = "cube-cpu")]
 #[test]
 fn the_device_loss_kernel_equals_the_generic_loss_in_value_and_gradients() {
