@@ -36,6 +36,7 @@ use burn::prelude::*;
 use crate::fused_loss::{HeadGradients, loss_with_head_gradient, untracked_logits};
 use crate::head::{HEAD_OUT, N_LABELS, class_view_specs};
 use crate::loss::StateLoss;
+use crate::reduce::sum_all;
 
 /// The state loss of `head.forward(features)` computed as the module docs describe.
 ///
@@ -55,7 +56,7 @@ pub(crate) fn device_fused_state_loss(
     let z = untracked_logits(x.clone(), head);
     let targets = targets.inner().reshape([steps, N_LABELS]);
     let mask = valid.inner().float().reshape([steps, 1]);
-    let denom = mask.clone().sum().mul_scalar(N_LABELS as f32); // [1]
+    let denom = sum_all(mask.clone()).mul_scalar(N_LABELS as f32); // [1]
     let weight =
         (mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1])).reshape([steps, 1, 1]);
     let w = head.weight.val().inner();
@@ -111,7 +112,7 @@ fn finish(
     mask: Tensor<2>,
     denom: Tensor<1>,
 ) -> StateLoss {
-    let loss_sum = (per_step * mask).sum(); // [1]
+    let loss_sum = sum_all(per_step * mask); // [1]
     let value = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {
         loss: loss_with_head_gradient(features, head, grads, value),

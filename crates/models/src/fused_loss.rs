@@ -31,6 +31,7 @@ use rayon::prelude::*;
 use crate::error::ModelError;
 use crate::head::{HEAD_OUT, N_LABELS, label_classes};
 use crate::loss::StateLoss;
+use crate::reduce::sum_all;
 
 /// Steps (rows of 1,878 logits) per parallel task.
 const STEPS_PER_TASK: usize = 16;
@@ -224,10 +225,10 @@ pub(crate) fn loss_with_head_gradient(
 ) -> Tensor<1> {
     let [batch, seq, d] = features.dims();
     let grad_x = grads.x.reshape([batch, seq, d]);
-    let mut surrogate =
-        (features * grad_x.autodiff()).sum() + (head.weight.val() * grads.weight.autodiff()).sum();
+    let mut surrogate = sum_all(features * grad_x.autodiff())
+        + sum_all(head.weight.val() * grads.weight.autodiff());
     if let Some(b) = head.bias.as_ref().map(|b| b.val()) {
-        surrogate = surrogate + (b * grads.bias.autodiff()).sum();
+        surrogate = surrogate + sum_all(b * grads.bias.autodiff());
     }
     surrogate.clone() - surrogate.detach() + value.autodiff()
 }

@@ -61,6 +61,7 @@ mod model;
 #[cfg(feature = "cuda")]
 pub mod ptx;
 mod recurrent;
+mod reduce;
 mod rms_norm;
 mod rng;
 mod rope;
@@ -87,6 +88,7 @@ pub use loss::{
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{Model, StateModel, params, params_of};
+pub use reduce::sum_all;
 pub use rng::{RngGuard, rng_lock};
 
 // The families' building blocks, which the crate's tests check against hand computations.

@@ -13,6 +13,7 @@ use crate::error::ModelError;
 use crate::fused_loss::{HostTargets, fused_state_loss};
 use crate::head::{HEAD_OUT, N_LABELS, class_views};
 use crate::mixed;
+use crate::reduce::sum_all;
 
 /// The loss of one batch, with the sums validation accumulates across batches.
 #[derive(Debug, Clone)]
@@ -303,8 +304,8 @@ impl StateLoss {
 /// The masked sum, its denominator and their ratio, from per-step cross-entropies.
 fn masked_loss(per_step: Tensor<2>, valid: Tensor<2, Bool>) -> StateLoss {
     let mask = valid.float();
-    let loss_sum = (per_step * mask.clone()).sum();
-    let denom = mask.sum() * (N_LABELS as f64);
+    let loss_sum = sum_all(per_step * mask.clone());
+    let denom = sum_all(mask) * (N_LABELS as f64);
     let loss = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {
         loss,

@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
-use cwm_models::{AdamWScalars, AdamWUpdate};
+use cwm_models::{AdamWScalars, AdamWUpdate, sum_all};
 
 use crate::TrainError;
 
@@ -133,7 +133,7 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
 /// cubecl's backends the concatenation costs no kernel launch of its own, where fusion ran a
 /// chain of additions, one per part, as a kernel per addition (`cube-cpu`, docs/gpu.md).
 fn total(parts: Vec<Tensor<1>>) -> Option<Tensor<1>> {
-    (!parts.is_empty()).then(|| Tensor::cat(parts, 0).sum())
+    (!parts.is_empty()).then(|| sum_all(Tensor::cat(parts, 0)))
 }
 
 /// Sums, in module order, the squares of every float parameter's gradient.
@@ -145,8 +145,7 @@ struct NormVisitor<'a> {
 impl ModuleVisitor for NormVisitor<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(grad) = self.grads.get::<D>(param.id) {
-            let n = grad.shape().num_elements();
-            self.squares.push(grad.reshape([n]).square().sum());
+            self.squares.push(sum_all(grad.square()));
         }
     }
 }
@@ -178,7 +177,7 @@ impl ModuleVisitor for FiniteVisitor<'_> {
         let x = param.val().inner();
         let n = x.shape().num_elements();
         let x = x.reshape([n]);
-        self.sums.push((x.clone() - x).sum());
+        self.sums.push(sum_all(x.clone() - x));
     }
 }
 
