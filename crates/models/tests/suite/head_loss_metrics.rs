@@ -297,19 +297,10 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// The loss of [`head_batch`] by `kernel`: loss, sum, denominator, and the gradients of the
-/// features, the head's weight and its bias.
+/// The loss of [`head_batch`] by `kernel` on `device` (with autodiff): loss, sum, denominator,
+/// and the gradients of the features, the head's weight and its bias.
 #[allow(clippy::type_complexity)]
 fn loss_and_gradients(
-    kernel: LossKernel,
-    lengths: [usize; 2],
-) -> (f64, f64, f64, Vec<f32>, Vec<f32>, Vec<f32>) {
-    loss_and_gradients_on(&Device::flex().autodiff(), kernel, lengths)
-}
-
-/// [`loss_and_gradients`] on `device` (with autodiff).
-#[allow(clippy::type_complexity)]
-fn loss_and_gradients_on(
     device: &Device,
     kernel: LossKernel,
     lengths: [usize; 2],
@@ -333,37 +324,9 @@ fn loss_and_gradients_on(
 
 #[test]
 fn the_fused_losses_equal_the_generic_one_in_value_and_gradients() {
-    let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) =
-        loss_and_gradients(LossKernel::Generic, [5, 2]);
-    // The gradients are a few 1e-3 in size; agreement to 1e-7 is float rounding.
-    let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    assert!(scale > 1e-4, "gradient too small to compare: {scale}");
+    let device = Device::flex().autodiff();
     for kernel in [LossKernel::FusedCpu, LossKernel::FusedDevice] {
-        let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) = loss_and_gradients(kernel, [5, 2]);
-        assert_eq!(denom_f, 75.0 * 7.0, "{kernel}");
-        assert_eq!(denom_f, denom_g, "{kernel}");
-        assert!(
-            (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
-            "{kernel}: {loss_f} vs {loss_g}"
-        );
-        assert!(
-            (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
-            "{kernel}: {sum_f} vs {sum_g}"
-        );
-        for (name, fused, generic) in [
-            ("features", gx_f, &gx_g),
-            ("weight", gw_f, &gw_g),
-            ("bias", gb_f, &gb_g),
-        ] {
-            let diff = max_abs_diff(&fused, generic);
-            assert!(diff < 1e-6, "{kernel}, {name}: max abs difference {diff}");
-        }
-        // An all-padding batch: loss 0, and no gradient at all.
-        let (loss, sum, denom, gx, gw, gb) = loss_and_gradients(kernel, [0, 0]);
-        assert_eq!((loss, sum, denom), (0.0, 0.0, 0.0), "{kernel}");
-        for (name, grad) in [("features", gx), ("weight", gw), ("bias", gb)] {
-            assert!(grad.iter().all(|&g| g == 0.0), "{kernel}: {name}");
-        }
+        assert_equals_generic(&device, kernel);
     }
 }
 
@@ -374,34 +337,41 @@ fn the_fused_losses_equal_the_generic_one_in_value_and_gradients() {
 #[test]
 fn the_device_loss_kernel_equals_the_generic_loss_in_value_and_gradients() {
     let device = cwm_models::device_by_name("cube-cpu").unwrap().autodiff();
+    assert_equals_generic(&device, LossKernel::FusedDevice);
+}
+
+/// Holds `kernel` to the generic loss on `device` (with autodiff): the value, the masked sum
+/// and the denominator, and the gradients of the features, the weight and the bias (max abs
+/// difference < 10⁻⁶; they are a few 10⁻³ in size, so agreement to 10⁻⁷ is float rounding);
+/// and on an all-padding batch, loss 0 and no gradient at all.
+fn assert_equals_generic(device: &Device, kernel: LossKernel) {
     let (loss_g, sum_g, denom_g, gx_g, gw_g, gb_g) =
-        loss_and_gradients_on(&device, LossKernel::Generic, [5, 2]);
-    let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) =
-        loss_and_gradients_on(&device, LossKernel::FusedDevice, [5, 2]);
-    assert_eq!(denom_f, denom_g);
+        loss_and_gradients(device, LossKernel::Generic, [5, 2]);
+    let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 1e-4, "gradient too small to compare: {scale}");
+    let (loss_f, sum_f, denom_f, gx_f, gw_f, gb_f) = loss_and_gradients(device, kernel, [5, 2]);
+    assert_eq!(denom_f, 75.0 * 7.0, "{kernel}");
+    assert_eq!(denom_f, denom_g, "{kernel}");
     assert!(
         (loss_f - loss_g).abs() < 1e-5 * loss_g.abs(),
-        "{loss_f} vs {loss_g}"
+        "{kernel}: {loss_f} vs {loss_g}"
     );
     assert!(
         (sum_f - sum_g).abs() < 1e-5 * sum_g.abs(),
-        "{sum_f} vs {sum_g}"
+        "{kernel}: {sum_f} vs {sum_g}"
     );
-    let scale = gx_g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    assert!(scale > 1e-4, "gradient too small to compare: {scale}");
     for (name, fused, generic) in [
         ("features", gx_f, &gx_g),
         ("weight", gw_f, &gw_g),
         ("bias", gb_f, &gb_g),
     ] {
         let diff = max_abs_diff(&fused, generic);
-        assert!(diff < 1e-6, "{name}: max abs difference {diff}");
+        assert!(diff < 1e-6, "{kernel}, {name}: max abs difference {diff}");
     }
-    let (loss, sum, denom, gx, gw, gb) =
-        loss_and_gradients_on(&device, LossKernel::FusedDevice, [0, 0]);
-    assert_eq!((loss, sum, denom), (0.0, 0.0, 0.0));
+    let (loss, sum, denom, gx, gw, gb) = loss_and_gradients(device, kernel, [0, 0]);
+    assert_eq!((loss, sum, denom), (0.0, 0.0, 0.0), "{kernel}");
     for (name, grad) in [("features", gx), ("weight", gw), ("bias", gb)] {
-        assert!(grad.iter().all(|&g| g == 0.0), "{name}");
+        assert!(grad.iter().all(|&g| g == 0.0), "{kernel}: {name}");
     }
 }
 
