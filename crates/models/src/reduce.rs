@@ -1,11 +1,12 @@
 //! The sum of a whole tensor, written so that burn's fusion can fuse it.
 //!
-//! `Tensor::sum` is a full reduction, which burn 0.22's fusion on cubecl's devices never fuses:
-//! the element-wise operations that feed it run as a kernel of their own, then the reduction as
-//! another. A sum along the one axis of the flattened tensor is a reduction over a dimension,
-//! which fusion fuses with the element-wise operations before it (one launch for `(a · b).sum`
-//! where it was two). Elsewhere (`flex`) the two forms are the same work. docs/gpu.md has the
-//! launches it saves.
+//! `Tensor::sum` is a full reduction, which burn 0.22's fusion on cubecl's devices did not fuse
+//! in any profile taken: the element-wise operations that feed it ran as a kernel of their own,
+//! then the reduction as another. A sum along the one axis of the flattened tensor is a
+//! reduction over a dimension, which fusion can fuse with the element-wise operations before it
+//! (one launch for `(a · b).sum` where it was two) where its search finds them in one block;
+//! where it does not, the count stays as it was. Elsewhere (`flex`) the two forms are the same
+//! work. docs/gpu.md has the launches it saves.
 
 use burn::prelude::*;
 
