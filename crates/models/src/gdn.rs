@@ -247,8 +247,8 @@ impl GdnMlp {
         if x.device() == Device::flex() {
             // On the CPU two products and separate operations, as the transformer's MLP keeps
             // them there (docs/perf.md).
-            let gate = silu(self.gate_proj.forward(x.clone()));
-            return self.down_proj.forward(gate * self.up_proj.forward(x));
+            let gate = silu(mixed::project(&self.gate_proj, x.clone()));
+            return mixed::project(&self.down_proj, gate * mixed::project(&self.up_proj, x));
         }
         self.forward_packed(x)
     }
@@ -258,7 +258,7 @@ impl GdnMlp {
     fn forward_packed(&self, x: Tensor<3>) -> Tensor<3> {
         let projections = [&self.gate_proj, &self.up_proj];
         let packed = mixed::side_by_side(Precision::F32, x, &projections);
-        self.down_proj.forward(swiglu(packed, GateHalf::First))
+        mixed::project(&self.down_proj, swiglu(packed, GateHalf::First))
     }
 }
 
@@ -303,13 +303,15 @@ impl GatedDeltaNetLayer {
         let [batch, seq, _] = x.dims();
         let h = self.n_heads;
         let heads = |t: Tensor<3>, dim: usize| -> Tensor<4> { t.reshape([batch, seq, h, dim]) };
-        let conv = |conv: &CausalConv1d, proj: &Linear| silu(conv.forward(proj.forward(x.clone())));
+        let conv = |conv: &CausalConv1d, proj: &Linear| {
+            silu(conv.forward(mixed::project(proj, x.clone())))
+        };
         let q = heads(conv(&self.q_conv1d, &self.q_proj), KEY_HEAD_DIM);
         let k = heads(conv(&self.k_conv1d, &self.k_proj), KEY_HEAD_DIM);
         let v = heads(conv(&self.v_conv1d, &self.v_proj), VALUE_HEAD_DIM);
-        let beta = self.b_proj.forward(x.clone());
-        let a = self.a_proj.forward(x.clone());
-        let gate = self.g_proj.forward(x);
+        let beta = mixed::project(&self.b_proj, x.clone());
+        let a = mixed::project(&self.a_proj, x.clone());
+        let gate = mixed::project(&self.g_proj, x);
         (self.delta_rule_inputs_from(q, k, v, a, beta), gate)
     }
 
@@ -379,8 +381,7 @@ impl GatedDeltaNetLayer {
         }; // [batch, seq, h, 96]
         let gate: Tensor<4> = gate.reshape([batch, seq, h, VALUE_HEAD_DIM]);
         let o = rms_norm(&self.o_norm, o) * silu(gate);
-        self.o_proj
-            .forward(o.reshape([batch, seq, h * VALUE_HEAD_DIM]))
+        mixed::project(&self.o_proj, o.reshape([batch, seq, h * VALUE_HEAD_DIM]))
     }
 }
 

@@ -135,9 +135,8 @@ pub fn logits_with_edit<M: StateModel + ?Sized>(
     layer: usize,
     delta: Tensor<3>,
 ) -> Result<Tensor<3>, ModelError> {
-    Ok(model
-        .head()
-        .forward(features_with_edit(model, moves, layer, delta)?))
+    let features = features_with_edit(model, moves, layer, delta)?;
+    Ok(crate::mixed::project(model.head(), features))
 }
 
 /// The name of layer `layer` of a model with `blocks` blocks: `embedding`, `block N` or

@@ -17,6 +17,7 @@ use crate::dropout::dropout;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
+use crate::mixed;
 use crate::model::StateModel;
 use crate::rms_norm::rms_norm;
 use crate::split::{split_array, windows_array};
@@ -140,8 +141,11 @@ impl SliceLayer {
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let mixed = self.slice.forward(rms_norm(&self.norm1, x.clone()));
         let x = x + dropout(&self.dropout, mixed);
-        let hidden = gelu(self.mlp_in.forward(rms_norm(&self.norm2, x.clone())));
-        x + dropout(&self.dropout, self.mlp_out.forward(hidden))
+        let hidden = gelu(mixed::project(
+            &self.mlp_in,
+            rms_norm(&self.norm2, x.clone()),
+        ));
+        x + dropout(&self.dropout, mixed::project(&self.mlp_out, hidden))
     }
 }
 
@@ -190,8 +194,8 @@ impl SliceCell {
         let previous = Tensor::cat(vec![Tensor::zeros([batch, 1, d], &device), head], 1);
         let delta = x - previous;
         let u = Tensor::cat(vec![Tensor::ones([batch, seq, 1], &device), delta], 2) * self.scale; // [batch, seq, d+1]
-        let a = self.vf_a.forward(u.clone()); // [batch, seq, d·b]
-        let c = self.vf_b.forward(u); // [batch, seq, d]
+        let a = mixed::project(&self.vf_a, u.clone()); // [batch, seq, d·b]
+        let c = mixed::project(&self.vf_b, u); // [batch, seq, d]
         let y0 = self.init.val().reshape([1, d]).expand([batch, d]);
         let b = self.block;
         let transitions = if b == 1 {

@@ -182,14 +182,14 @@ impl Attention {
     pub fn forward(&self, x: Tensor<3>, rope: &RopeTables, causal: &Tensor<2, Bool>) -> Tensor<3> {
         // `qkv` is one [d, 3d] weight (the reference's layout): q, k and v columns, which the
         // attention cuts into heads itself.
-        let qkv = self.qkv.forward(x); // [batch, seq, 3d]
+        let qkv = mixed::project(&self.qkv, x); // [batch, seq, 3d]
         let out = if qkv.device().is_autodiff() {
             self.attend_training(qkv, rope, causal)
         } else {
             let [q, k, v] = split_heads(qkv, self.n_heads, rope);
             merge_heads(causal_attention(q, k, v))
         };
-        self.out_proj.forward(out)
+        mixed::project(&self.out_proj, out)
     }
 
     /// `softmax(q kᵀ / √head_dim + causal mask) v` with dropout on the probabilities: the
@@ -243,9 +243,9 @@ impl SwiGlu {
             let halves = mixed::column_groups(Precision::F32, x, &self.in_proj, &[half, half]);
             let [gate, value] = <[Tensor<3>; 2]>::try_from(halves)
                 .unwrap_or_else(|_| unreachable!("one group per width"));
-            return self.out_proj.forward(silu(gate) * value);
+            return mixed::project(&self.out_proj, silu(gate) * value);
         }
-        let packed = self.in_proj.forward(x); // [batch, seq, 8d]
-        self.out_proj.forward(swiglu(packed, GateHalf::First))
+        let packed = mixed::project(&self.in_proj, x); // [batch, seq, 8d]
+        mixed::project(&self.out_proj, swiglu(packed, GateHalf::First))
     }
 }
