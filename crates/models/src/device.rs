@@ -61,7 +61,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
             DRIVER_DIRS.join(", ")
         ));
     }
-    crate::kernel_cache::configure_cubecl();
+    crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::Cuda);
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::choose_from_env()?;
     Ok(Device::cuda(index))
@@ -137,7 +137,7 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 
 #[cfg(feature = "cube-cpu")]
 fn cube_cpu() -> Result<Device, String> {
-    crate::kernel_cache::configure_cubecl();
+    crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::CubeCpu);
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::choose_from_env()?;
     Ok(Device::cpu())

@@ -28,6 +28,13 @@
 //! `cubecl.toml` (cubecl's own settings file) is read as cubecl would read it; the variable's
 //! choice overrides its `compilation.cache` and `environment.path`, and `off` its tuning caches
 //! too (`autotune.disable_cache`, `throughput.disable_cache`).
+//!
+//! On CUDA, cwm also lets cubecl's autotuner time every candidate of a shape's first round
+//! ([`full_search`]): by default the tuner stops at the first kernel that comes within 80 % of
+//! the device's peak, and for `f32` matrix products it takes that peak to be the `f32` one of
+//! the GPU's ordinary cores, which a TF32 tensor-core kernel passes with its first sample, so
+//! the search ended at the first such kernel it tried (docs/gpu.md, "The tuner's early stop").
+//! cubecl's own variable `CUBECL_AUTOTUNE_SHORT_CIRCUIT`, when set, decides instead.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -113,17 +120,41 @@ impl KernelCache {
     }
 }
 
+/// cubecl's variable that switches its autotuner's early stop on or off.
+pub const SHORT_CIRCUIT_VAR: &str = "CUBECL_AUTOTUNE_SHORT_CIRCUIT";
+
+/// The cubecl runtime a process's first device is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// An NVIDIA GPU (`cuda`).
+    Cuda,
+    /// cubecl's CPU runtime (`cube-cpu`).
+    CubeCpu,
+}
+
+/// Whether cwm turns the autotuner's early stop off so that every candidate of a shape's
+/// first round is timed, given `value` of [`SHORT_CIRCUIT_VAR`]: on CUDA unless the variable
+/// is set to something (cubecl then follows it: `1`, `on`, `true` stop early, `0`, `off`,
+/// `false` do not). The CPU runtime's products have no tensor cores whose
+/// peak the stop could misjudge, and its tuning is slow enough already.
+pub fn full_search(value: Option<&OsStr>, runtime: Runtime) -> bool {
+    value.is_none_or(OsStr::is_empty) && runtime == Runtime::Cuda
+}
+
 /// Applies [`KernelCache::from_env`] and [`tuning_kept_in_env`] (and [`crate::kernel_profile`]'s
-/// variable) to cubecl's configuration, once per process and before the first cubecl device
-/// exists (cubecl reads its configuration once). A configuration that cubecl has already read (another library set it
-/// first) is left as it is.
+/// variable, and [`full_search`] for `runtime`) to cubecl's configuration, once per process and
+/// before the first cubecl device exists (cubecl reads its configuration once). A
+/// configuration that cubecl has already read (another library set it first) is left as it is.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-pub(crate) fn configure_cubecl() {
+pub(crate) fn configure_cubecl(runtime: Runtime) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         use burn::cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
         use burn::cubecl::records::RecordLevel;
         let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
+        if full_search(std::env::var_os(SHORT_CIRCUIT_VAR).as_deref(), runtime) {
+            config.autotune.disable_short_circuit = true;
+        }
         let kept = KernelCache::from_env().kept(tuning_kept_in_env());
         // cubecl keeps its tuning on disk by default (its own variables can turn that off,
         // which is left to them); its compiled kernels only when told.
@@ -170,6 +201,19 @@ mod tests {
             parse(Some("offline")),
             KernelCache::Directory(PathBuf::from("/work/run/offline"))
         );
+    }
+
+    #[test]
+    fn the_tuner_times_every_candidate_on_cuda_unless_cubecl_s_variable_is_set() {
+        for unset in [None, Some(OsStr::new(""))] {
+            assert!(full_search(unset, Runtime::Cuda), "{unset:?}");
+            assert!(!full_search(unset, Runtime::CubeCpu), "{unset:?}");
+        }
+        for value in ["1", "on", "0", "off"] {
+            let value = Some(OsStr::new(value));
+            assert!(!full_search(value, Runtime::Cuda), "{value:?}");
+            assert!(!full_search(value, Runtime::CubeCpu), "{value:?}");
+        }
     }
 
     #[test]
