@@ -19,6 +19,7 @@ mod run_progress;
 mod slurm;
 mod status_summary;
 mod store;
+mod tuning_report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
