@@ -23,6 +23,11 @@
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
 #   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
+#   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the first
+#      kernel within 80 % of what it takes for the peak (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1, its
+#      own default, which cwm turns off on CUDA: docs/gpu.md, "The tuner's early stop"), in a
+#      kernel cache of its own ($KERNEL_CACHE-stop, the carried cache without its products'
+#      tuning), against step 6's full search; what that tuner chose goes under the step's table;
 #   8. update-ops: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with the optimizer's update as separate tensor operations, the baseline of
 #      the one-pass update cwm runs by default;
@@ -64,7 +69,7 @@
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
-# MORE_SIZES (d256,d384: step 13; empty leaves it out), BATCH (128), SEQ (256), STEPS (10),
+# MORE_SIZES (d256,d384: step 13; empty leaves it out), STOP_FAMILIES (transformer: step 7b), BATCH (128), SEQ (256), STEPS (10),
 # CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
 # target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
 # as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK
@@ -152,6 +157,15 @@ if [ "$DEVICE" != cpu ]; then
   benches/session_cache.sh unpack "$KERNEL_CACHE" "$KERNEL_CACHE_IN" >>"$SUMMARY"
   benches/session_cache.sh unpack "$TRITON_CACHE" "$TRITON_CACHE_IN" >>"$SUMMARY"
   mkdir -p "$KERNEL_CACHE" "$TRITON_CACHE"
+  # Step 7b's cache, made once from the carried one (a warm machine keeps it for the next call):
+  # its compiled kernels, without the products' tuning results, which are tuned again there.
+  if [ ! -d "$KERNEL_CACHE-stop" ]; then
+    cp -a "$KERNEL_CACHE" "$KERNEL_CACHE-stop"
+    if [ -f "$KERNEL_CACHE-stop/default.db" ]; then
+      python3 benches/python/tuning_report.py "$KERNEL_CACHE-stop/default.db" --forget matmul \
+        >>"$SUMMARY" 2>&1 || say "tuning-stop: its cache's tuning was not reset"
+    fi
+  fi
   # cwm takes a relative folder against its working directory, this one.
   export CWM_KERNEL_CACHE=$KERNEL_CACHE
   # The driver assembles each PTX module cwm loads into machine code, and keeps what it
@@ -290,6 +304,15 @@ fi
 profile
 compare round1 "$FAMILIES" "$SIZES" 1
 compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
+if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
+  compare tuning-stop "${STOP_FAMILIES:-transformer}" "$SIZES" 1 \
+    --cwm-env CUBECL_AUTOTUNE_SHORT_CIRCUIT=1 --cwm-env "CWM_KERNEL_CACHE=$KERNEL_CACHE-stop"
+  if [ -f "$KERNEL_CACHE-stop/default.db" ]; then
+    printf '### what the early-stopping tuner chose\n\n' >>"$OUT/tables.md"
+    python3 benches/python/tuning_report.py "$KERNEL_CACHE-stop/default.db" --op matmul \
+      >>"$OUT/tables.md" 2>&1 || true
+  fi
+fi
 if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
 compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"

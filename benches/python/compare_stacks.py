@@ -23,7 +23,9 @@ error's last line, the other cells go on, and the exit status is 1.
 ``--cwm-args`` times a variant of cwm's step (``"--loss fused-device"``, ``"--chunk-size
 32"``): the arguments go to every ``cwm model bench`` and into the cwm side's record, so a run
 with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
-reuses PyTorch's. The table's last three columns: the loss kernel and the optimizer's update
+reuses PyTorch's. ``--cwm-env NAME=VALUE`` (repeatable) does the same with a variable in cwm's
+environment (``CUBECL_AUTOTUNE_SHORT_CIRCUIT=1``: cubecl's autotuner with its early stop, which
+cwm turns off on CUDA), recorded as the cell's ``cwm_env``. The table's last three columns: the loss kernel and the optimizer's update
 cwm ran (``--update ops``: the update as separate tensor operations); the time of cwm's first
 warm-up step (median over rounds), which on a GPU holds the compilation and autotuning of the
 step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had; and the share of cwm's
@@ -141,9 +143,28 @@ def cell_key(args, arch, size):
 def side_cell(args, cell, side):
     """The cell as one side's records name it: cwm's (and its prewarm's) with its
     ``--cwm-args``, if any."""
-    if side in ("cwm", "prewarm") and args.cwm_args:
-        return {**cell, "cwm_args": args.cwm_args}
+    if side not in ("cwm", "prewarm"):
+        return cell
+    if args.cwm_args:
+        cell = {**cell, "cwm_args": args.cwm_args}
+    if args.cwm_env:
+        cell = {**cell, "cwm_env": dict(args.cwm_env)}
     return cell
+
+
+def cwm_environment(args, extra=None):
+    """The environment of cwm's processes: this one's with ``--cwm-env`` (and ``extra``) on top;
+    ``None`` (inherit) when there is nothing to add."""
+    added = {**dict(args.cwm_env), **(extra or {})}
+    return {**os.environ, **added} if added else None
+
+
+def variable(text):
+    """``NAME=VALUE`` as a pair, for ``--cwm-env``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
 
 
 def record_key(cell, side, round_number):
@@ -231,7 +252,8 @@ def measure_cell(args, arch, size, sink, clock, earlier):
                 begun = time.monotonic()
                 what = f"{arch} {size} round {round_index + 1}: {side}"
                 try:
-                    value = run(cell[side], clock)
+                    env = cwm_environment(args) if side == "cwm" else None
+                    value = run(cell[side], clock, env)
                 except OutOfBudget as stop:
                     stop.say(what)
                     raise
@@ -270,7 +292,7 @@ def prewarm(args, cells, sink, clock):
     """Runs the prewarm processes of ``cells``, ``args.prewarm`` at a time; per cell, its
     JSON line (with ``wall_s``) or the error's text."""
     lock = threading.Lock()
-    env = {**os.environ, **PREWARM_ENV}
+    env = cwm_environment(args, PREWARM_ENV)
 
     def one(cell):
         arch, size = cell
@@ -403,6 +425,7 @@ def header(args):
         f"{args.seq} tokens on {args.device}, median of {args.steps} steps after {args.warmup} "
         f"warm-up, median of {args.rounds} round(s) per side"
         + (f"; cwm with {args.cwm_args}" if args.cwm_args else "")
+        + "".join(f"; cwm's {name}={value}" for name, value in args.cwm_env)
     )
     return "\n".join(
         [
@@ -429,6 +452,14 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each side")
     parser.add_argument(
         "--cwm-args", default="", help="more arguments for cwm model bench: the variant to time"
+    )
+    parser.add_argument(
+        "--cwm-env",
+        type=variable,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a variable in cwm's environment: the variant to time (repeatable)",
     )
     parser.add_argument("--json-out", type=Path, help="append every process's JSON line here")
     parser.add_argument("--resume", action="store_true", help="reuse what --json-out already holds")

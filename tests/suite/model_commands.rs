@@ -330,6 +330,62 @@ fn a_stack_comparison_resumes_from_its_file_and_ends_within_its_budget() {
     );
 }
 
+#[test]
+fn a_variable_in_cwm_s_environment_is_a_variant_of_its_own() {
+    if !torch_and_slices() {
+        return;
+    }
+    let ws = Workspace::new("compare-stacks-env");
+    let json_out = ws.dir.join("figures.jsonl");
+    let (code, first, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &["--rounds", "1"]);
+    assert_eq!(code, Some(0), "{first}\n{stderr}");
+
+    // The real binary, through a wrapper that notes what it was given, runs again;
+    // PyTorch's line is reused.
+    let wrapper = ws.dir.join("cwm-noting-its-environment");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$CUBECL_AUTOTUNE_SHORT_CIRCUIT\" >> \"$0.seen\"\nexec '{}' \"$@\"\n",
+            env!("CARGO_BIN_EXE_cwm")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let with_env = [
+        "--rounds",
+        "1",
+        "--resume",
+        "--cwm-env",
+        "CUBECL_AUTOTUNE_SHORT_CIRCUIT=1",
+        "--cwm",
+        wrapper.to_str().unwrap(),
+    ];
+    let (code, out, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &with_env);
+    assert_eq!(code, Some(0), "{out}\n{stderr}");
+    assert!(stderr.contains("round 1: cwm"), "{stderr}");
+    assert!(!stderr.contains("round 1: torch"), "{stderr}");
+    assert!(
+        out.contains("; cwm's CUBECL_AUTOTUNE_SHORT_CIRCUIT=1"),
+        "{out}"
+    );
+    let seen = std::fs::read_to_string(ws.dir.join("cwm-noting-its-environment.seen")).unwrap();
+    assert_eq!(seen, "1\n");
+    let text = std::fs::read_to_string(&json_out).unwrap();
+    let added: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        added["cell"]["cwm_env"]["CUBECL_AUTOTUNE_SHORT_CIRCUIT"], "1",
+        "{added}"
+    );
+    let (code, _, stderr) = compare_stacks(&ws, "slice_diag", &json_out, &["--cwm-env", "X"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("'X' is not NAME=VALUE"), "{stderr}");
+}
+
 /// The JSON lines of `path` whose side is `side`.
 fn lines_of_side(path: &Path, side: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
