@@ -15,7 +15,10 @@ search the early stop ended. The last table is the device's peaks as cubecl meas
 
 ``--forget OP`` deletes the tuning results of the operations whose name contains OP (the
 compiled kernels stay), so that the next process tunes those shapes again, for instance
-with other autotuning settings. The database must not be in use.
+with other autotuning settings. The database must not be in use. Its write-ahead log is folded
+into it and removed with the index of it that cubecl's database engine (turso) keeps beside
+it (``default.db-tshm``): an index left from before would make that engine drop every later
+write without an error (seen on ``cube-cpu``: a process tuned again and kept none of it).
 
 The database is SQLite; its keys and values are CBOR, read here by a small decoder of the
 parts of CBOR that cubecl writes (no package needed). Exit status 1 when the file is not
@@ -251,13 +254,17 @@ def describe_probe(mode):
     return f"{kind} ({detail})"
 
 
-def forget(db, op):
+def forget(db, path, op):
     doomed = [ns for (ns,) in db.execute("SELECT DISTINCT namespace FROM entries")
               if ns.startswith("autotune/") and op in operation(ns)]
     total = 0
     for ns in doomed:
         total += db.execute("DELETE FROM entries WHERE namespace = ?", (ns,)).rowcount
     db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    for suffix in ("-wal", "-tshm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
     print(f"Forgot {total} tuning result(s) of {len(doomed)} operation(s) named like {op!r}.")
 
 
@@ -273,7 +280,7 @@ def main():
     try:
         if args.forget is not None:
             entries(db)
-            forget(db, args.forget)
+            forget(db, args.db, args.forget)
         else:
             report(db, args.op)
     except CborError as err:

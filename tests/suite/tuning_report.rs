@@ -91,8 +91,12 @@ fn a_kernel_cache_s_tuning_becomes_a_table_and_can_be_forgotten() {
         assert!(out.contains(part), "no {part:?} in:\n{out}");
     }
 
-    // Forgetting the products' tuning leaves the compiled kernel and the probe.
+    // Forgetting the products' tuning leaves the compiled kernel and the probe, and removes
+    // the database engine's index of its log, which would be stale.
+    let index = ws.dir.join("default.db-tshm");
+    std::fs::write(&index, [0u8; 64]).unwrap();
     let (code, out, err) = tuning_report(&db, &["--forget", "matmul"]);
+    assert!(!index.exists(), "the engine's index stays");
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
         out.trim(),
