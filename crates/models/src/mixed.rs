@@ -92,7 +92,7 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 ///
 /// burn applies a weight to a `[batch, seq, d_in]` input as a batched product with the weight
 /// broadcast over the batch, so its backward pass computes the weight's gradient as one
-/// `[d_in, d_out]` product per batch row, `[batch, d_in, d_out]` in all, then sums them (at
+/// `[d_in, d_out]` product per batch element, `[batch, d_in, d_out]` in all, then sums them (at
 /// d512 and batch 128 the transformer's MLP input projection alone is a 1 GiB temporary). On
 /// the folded rows the weight's gradient is one product over all `batch · seq` rows, and the
 /// bias's one column sum.
