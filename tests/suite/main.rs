@@ -145,6 +145,21 @@ impl Drop for Workspace {
     }
 }
 
+/// Runs `benches/python/NAME` on `file` with `args`; returns (exit status, stdout, stderr).
+pub fn bench_script(name: &str, file: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/python")
+        .join(name);
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(file)
+        .args(args)
+        .output()
+        .expect("run python3");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// A `cwm` command in `dir`.
 pub fn cwm_command(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cwm"));

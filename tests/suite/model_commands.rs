@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use cwm_testkit::require_python;
 
-use super::{Workspace, cwm_command};
+use super::{Workspace, bench_script, cwm_command};
 
 /// `model bench`'s arguments for `arch` at batch 2 × 16 tokens, one thread, one warm-up step
 /// and `steps` timed ones, in JSON.
@@ -837,15 +837,7 @@ const PROFILE_LOG: &str = "\
 
 /// Runs `kernel_profile.py` on `log` with `args`; returns (exit status, stdout, stderr).
 fn kernel_profile(log: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/kernel_profile.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(log)
-        .args(args)
-        .output()
-        .expect("run python3");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+    bench_script("kernel_profile.py", log, args)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Workspace;
+use super::{Workspace, bench_script};
 
 /// The fixture's entries: (namespace, key, value), the key and value decoded from hex.
 fn fixture() -> Vec<(String, Vec<u8>, Vec<u8>)> {
@@ -61,15 +61,7 @@ fn py_bytes(bytes: &[u8]) -> String {
 
 /// Runs the script on `db` with `args`; returns (exit status, stdout, stderr).
 fn tuning_report(db: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/tuning_report.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run python3");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+    bench_script("tuning_report.py", db, args)
 }
 
 #[test]
