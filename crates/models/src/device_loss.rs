@@ -63,7 +63,6 @@ pub(crate) fn device_fused_state_loss(
     #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
     if z.device() != Device::flex() {
         // cubecl's devices: every label at once, one kernel, then one share of the gradients.
-        let targets = targets.float();
         let (ce, grad) = crate::label_loss::label_losses(z, targets, weight.reshape([steps, 1]));
         let grads = HeadGradients::of(x, w, grad);
         let per_step = ce.sum_dim(1); // [steps, 1]

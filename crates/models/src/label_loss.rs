@@ -20,26 +20,30 @@
 //!
 //! `f32` only: the device's fused loss is refused under `bf16`.
 
-use burn::backend::tensor::FloatTensor;
+use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 
 use crate::head::{LABEL_GROUPS, N_LABELS};
 
-/// `(ce, grad)` for the logits `z` (`[steps, 1878]`), the targets as class numbers in `f32`
-/// (`[steps, 75]`, exact below 2²⁴) and each step's weight (`[steps, 1]`, the validity over
-/// the loss's denominator): `ce` `[steps, 75]` and `grad` `[steps, 1878]`, as the module docs
-/// define them. The tensors are untracked and on a cubecl device.
+/// `(ce, grad)` for the logits `z` (`[steps, 1878]`), the targets as class numbers (`[steps,
+/// 75]`, the kernel reads them as they are, with no cast) and each step's weight (`[steps, 1]`,
+/// the validity over the loss's denominator): `ce` `[steps, 75]` and `grad` `[steps, 1878]`, as
+/// the module docs define them. The tensors are untracked and on a cubecl device.
 pub(crate) fn label_losses(
     z: Tensor<2>,
-    targets: Tensor<2>,
+    targets: Tensor<2, Int>,
     weight: Tensor<2>,
 ) -> (Tensor<2>, Tensor<2>) {
     let table = label_table(&z.device());
     let f32s = |t: Tensor<2>| t.cast(FloatDType::F32).into_dispatch();
-    let (ce, grad) =
-        <Dispatch as LabelLossOps>::label_losses(f32s(z), f32s(targets), f32s(weight), f32s(table));
+    let (ce, grad) = <Dispatch as LabelLossOps>::label_losses(
+        f32s(z),
+        targets.into_dispatch(),
+        f32s(weight),
+        f32s(table),
+    );
     (Tensor::from_dispatch(ce), Tensor::from_dispatch(grad))
 }
 
@@ -62,16 +66,26 @@ fn label_table(device: &Device) -> Tensor<2> {
 )]
 pub trait LabelLossOps: Backend {
     /// `(ce, grad)` (see [`label_losses`]); `table` is [`label_table`]'s.
-    #[fusion(meta = |z, targets, _weight, _table| (targets.clone(), z.clone()))]
+    #[fusion(meta = |z, targets, _weight, _table| (ce_spec(z, targets), z.clone()))]
     fn label_losses(
         z: FloatTensor<Self>,
-        targets: FloatTensor<Self>,
+        targets: IntTensor<Self>,
         weight: FloatTensor<Self>,
         table: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
+/// The spec of `ce`: the targets' shape in the logits' type.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn ce_spec(
+    z: &burn::backend::fusion::custom::TensorSpec,
+    targets: &burn::backend::fusion::custom::TensorSpec,
+) -> burn::backend::fusion::custom::TensorSpec {
+    burn::backend::fusion::custom::TensorSpec::new(targets.shape.clone(), z.dtype)
+}
+
 pub(crate) mod cube {
+    use burn::backend::cubecl::dtype_to_storage_type;
     use burn::cubecl;
     use burn::cubecl::prelude::*;
     use burn_cubecl::CubeBackend;
@@ -82,15 +96,17 @@ pub(crate) mod cube {
     use crate::causal_conv::cube::{empty_like, grid};
 
     /// One unit per step and label (the module docs). `ce` is `[steps, labels]`, `grad` `[steps,
-    /// logits]`, both contiguous; `table` holds each label's first logit and class count.
+    /// logits]`, both contiguous; `table` holds each label's first logit and class count;
+    /// `targets` are class numbers of the integer type `I`.
     #[cube(launch, create_dummy_kernel)]
-    pub(crate) fn label_loss_kernel(
+    pub(crate) fn label_loss_kernel<I: Int>(
         z: &Tensor<f32>,
-        targets: &Tensor<f32>,
+        targets: &Tensor<I>,
         weight: &Tensor<f32>,
         table: &Tensor<f32>,
         ce: &mut Tensor<f32>,
         grad: &mut Tensor<f32>,
+        #[define(I)] _dtype: ElemType,
     ) {
         let labels = ce.shape(1);
         let pos = ABSOLUTE_POS;
@@ -116,7 +132,7 @@ pub(crate) mod cube {
         for c in 0..classes {
             let logit = z[row + (first + c) * col];
             let mut g = f32::exp(logit - max) / sum;
-            if f32::cast_from(c) == target {
+            if I::cast_from(c) == target {
                 g -= 1.0;
                 picked = logit;
             }
@@ -143,6 +159,7 @@ pub(crate) mod cube {
                 return (ce, grad);
             }
             let (count, dim) = grid(&ce, n);
+            let int_type = dtype_to_storage_type(targets.dtype);
             label_loss_kernel::launch(
                 &ce.client.clone(),
                 count,
@@ -153,6 +170,7 @@ pub(crate) mod cube {
                 table.into_tensor_arg(),
                 ce.clone().into_tensor_arg(),
                 grad.clone().into_tensor_arg(),
+                int_type,
             );
             (ce, grad)
         }

@@ -332,6 +332,8 @@ fn label_loss_kernel(props: &Arc<DeviceProperties>, target: &Arc<TargetPropertie
         tensor(&[crate::head::N_LABELS, 2]),
         labels(),
         logits(),
+        // The targets' integer type as burn's cubecl backends keep an `Int` tensor.
+        ElemType::Int(burn::cubecl::ir::IntKind::I32),
     ))
 }
 
