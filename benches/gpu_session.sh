@@ -23,11 +23,12 @@
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
 #   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
-#   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the first
-#      kernel within 80 % of what it takes for the peak (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1, its
-#      own default, which cwm turns off on CUDA: docs/gpu.md, "The tuner's early stop"), in a
-#      kernel cache of its own ($KERNEL_CACHE-stop, the carried cache without its products'
-#      tuning), against step 6's full search; what that tuner chose goes under the step's table;
+#   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the
+#      first kernel within 1/0.8 of the shape's roofline time (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1,
+#      cubecl's default, which cwm turns off on CUDA: docs/gpu.md, "The tuner's early stop"),
+#      in a kernel cache of its own ($KERNEL_CACHE-stop, the carried cache without its
+#      products' tuning), against step 6's full search; what that tuner chose goes under the
+#      step's table;
 #   8. update-ops: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with the optimizer's update as separate tensor operations, the baseline of
 #      the one-pass update cwm runs by default;
@@ -69,7 +70,8 @@
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
-# MORE_SIZES (d256,d384: step 13; empty leaves it out), STOP_FAMILIES (transformer: step 7b), BATCH (128), SEQ (256), STEPS (10),
+# MORE_SIZES (d256,d384: step 13; empty leaves it out), STOP_FAMILIES (transformer: step 7b),
+# BATCH (128), SEQ (256), STEPS (10),
 # CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
 # target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
 # as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK
@@ -308,9 +310,10 @@ if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
   compare tuning-stop "${STOP_FAMILIES:-transformer}" "$SIZES" 1 \
     --cwm-env CUBECL_AUTOTUNE_SHORT_CIRCUIT=1 --cwm-env "CWM_KERNEL_CACHE=$KERNEL_CACHE-stop"
   if [ -f "$KERNEL_CACHE-stop/default.db" ]; then
+    # Its headings a level down, under the step's.
     printf '### what the early-stopping tuner chose\n\n' >>"$OUT/tables.md"
-    python3 benches/python/tuning_report.py "$KERNEL_CACHE-stop/default.db" --op matmul \
-      >>"$OUT/tables.md" 2>&1 || true
+    python3 benches/python/tuning_report.py "$KERNEL_CACHE-stop/default.db" --op matmul 2>&1 |
+      sed 's/^## /#### /' >>"$OUT/tables.md" || true
   fi
 fi
 if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi

@@ -25,10 +25,11 @@ error's last line, the other cells go on, and the exit status is 1.
 with other ``--cwm-args`` and ``--resume`` on the same file runs cwm's processes again and
 reuses PyTorch's. ``--cwm-env NAME=VALUE`` (repeatable) does the same with a variable in cwm's
 environment (``CUBECL_AUTOTUNE_SHORT_CIRCUIT=1``: cubecl's autotuner with its early stop, which
-cwm turns off on CUDA), recorded as the cell's ``cwm_env``. The table's last three columns: the loss kernel and the optimizer's update
-cwm ran (``--update ops``: the update as separate tensor operations); the time of cwm's first
-warm-up step (median over rounds), which on a GPU holds the compilation and autotuning of the
-step's kernels, less what the kernel cache (``CWM_KERNEL_CACHE``) had; and the share of cwm's
+cwm turns off on CUDA), recorded as the cell's ``cwm_env``. The table's last three columns: the
+loss kernel and the optimizer's update cwm ran (``--update ops``: the update as separate tensor
+operations); the time of cwm's first warm-up step (median over rounds), which on a GPU holds
+the compilation and autotuning of the step's kernels, less what the kernel cache
+(``CWM_KERNEL_CACHE``) had; and the share of cwm's
 step after which the host had recorded the forward and backward passes (``queued_s``; median
 over steps, then rounds): on a GPU, near 100 % means the host sets the pace, far under it the
 device.
@@ -142,7 +143,7 @@ def cell_key(args, arch, size):
 
 def side_cell(args, cell, side):
     """The cell as one side's records name it: cwm's (and its prewarm's) with its
-    ``--cwm-args``, if any."""
+    ``--cwm-args`` and ``--cwm-env``, if any."""
     if side not in ("cwm", "prewarm"):
         return cell
     if args.cwm_args:
