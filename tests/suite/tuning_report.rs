@@ -6,16 +6,10 @@ use std::process::Command;
 
 use super::{Workspace, bench_script};
 
-/// The fixture's entries: (namespace, key, value), the key and value decoded from hex.
-fn fixture() -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    let text = include_str!("tuning-h200.txt");
-    let hex = |s: &str| -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-            .collect()
-    };
-    text.split("\n\n")
+/// The fixture's entries: (namespace, key, value), the key and value as hex.
+fn fixture() -> Vec<[&'static str; 3]> {
+    include_str!("tuning-h200.txt")
+        .split("\n\n")
         .map(|block| {
             block
                 .lines()
@@ -23,7 +17,7 @@ fn fixture() -> Vec<(String, Vec<u8>, Vec<u8>)> {
                 .collect::<Vec<_>>()
         })
         .filter(|lines| !lines.is_empty())
-        .map(|lines| (lines[0].to_string(), hex(lines[1]), hex(lines[2])))
+        .map(|lines| [lines[0], lines[1], lines[2]])
         .collect()
 }
 
@@ -33,7 +27,7 @@ fn database(ws: &Workspace) -> PathBuf {
     let db = ws.dir.join("default.db");
     let mut rows: Vec<String> = fixture()
         .iter()
-        .map(|(ns, k, v)| format!("({ns:?}, {}, {})", py_bytes(k), py_bytes(v)))
+        .map(|[ns, k, v]| format!("({ns:?}, bytes.fromhex('{k}'), bytes.fromhex('{v}'))"))
         .collect();
     rows.push("(\"cuda/0.11.3/ptx_sm90-llvm-ptx90\", b\"kernel\", b\"ptx\")".to_string());
     let script = format!(
@@ -52,11 +46,6 @@ fn database(ws: &Workspace) -> PathBuf {
         .expect("run python3");
     assert!(status.success());
     db
-}
-
-fn py_bytes(bytes: &[u8]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("bytes.fromhex('{hex}')")
 }
 
 /// Runs the script on `db` with `args`; returns (exit status, stdout, stderr).
