@@ -7,9 +7,10 @@
 # target/cuda-offline/cwm-bench-cuda.xz (`BIN=cwm-bench docs/build-cuda-offline.sh`; or
 # cwm-cuda.xz, the whole cwm, without BIN) and target/reference-stack
 # (benches/python/reference_stack.sh fetch, then prebuild for the machine's PyTorch, else
-# install compiles causal-conv1d there for minutes). The measurements end within SECONDS of the
-# start; the installation counts towards them but is not cut short, so give the call itself a
-# minute more. In order, each step taking only what is left:
+# install compiles causal-conv1d there for minutes); benches/gpu_prepare.sh makes both on a new
+# machine. The measurements end within SECONDS of the start; the installation counts towards
+# them but is not cut short, so give the call itself a minute more. In order, each step taking
+# only what is left:
 #
 #   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
 #   2. the cwm binary unpacked (once; its name and SHA-256 in the summary), the reference stack
@@ -71,7 +72,8 @@
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
 # MORE_SIZES (d256,d384: step 13; empty leaves it out), STOP_FAMILIES (transformer: step 7b),
-# BATCH (128), SEQ (256), STEPS (10),
+# BATCH (128), SEQ (256), STEPS (10), CELL_TIMEOUT (240: seconds a process of a cell may take;
+# a cwm process's first steps compile and tune its kernels, longer without a carried cache),
 # CWM (the binary: `cwm`, or `cwm-bench`, which is `cwm model bench` alone; default the first of
 # target/cuda-offline/cwm-bench-cuda and target/cuda-offline/cwm-cuda there, each as itself or
 # as .xz: `BIN=cwm-bench docs/build-cuda-offline.sh` makes the first), STACK
@@ -101,6 +103,7 @@ PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
+CELL_TIMEOUT=${CELL_TIMEOUT:-240}
 if [ -z "${CWM:-}" ]; then
   CWM=target/cuda-offline/cwm-cuda
   for bin in target/cuda-offline/cwm-bench-cuda target/cuda-offline/cwm-cuda; do
@@ -217,7 +220,8 @@ compare() {
   printf '## %s\n\n' "$name" | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   python3 benches/python/compare_stacks.py --cwm "$CWM" --device "$DEVICE" \
     --families "$families" --sizes "$sizes" --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" \
-    --rounds "$rounds" --json-out "$JSONL" --resume --budget-s "$budget" --timeout 240 "$@" \
+    --rounds "$rounds" --json-out "$JSONL" --resume --budget-s "$budget" \
+    --timeout "$CELL_TIMEOUT" "$@" \
     >>"$OUT/tables.md" 2>>"$OUT/compare.log" || status=$?
   echo | tee -a "$OUT/compare.log" >>"$OUT/tables.md"
   cp "$JSONL" "$OUT/compare-stacks.jsonl"

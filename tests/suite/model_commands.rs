@@ -1018,3 +1018,97 @@ fn a_session_cache_is_packed_in_parts_and_unpacked_from_them() {
     assert!(said.contains("did not unpack"), "{said}");
     assert!(!ws.dir.join("none").exists(), "no half-unpacked folder");
 }
+
+/// Runs `benches/gpu_prepare.sh` with STEPS and the paths `vars` set (each under `ws.dir`);
+/// returns (exit status, stderr).
+fn gpu_prepare(ws: &Workspace, steps: &str, vars: &[(&str, &str)]) -> (Option<i32>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu_prepare.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(script)
+        .env("STEPS", steps)
+        .env("LOGS", ws.dir.join("logs"));
+    for (name, path) in vars {
+        cmd.env(name, ws.dir.join(path));
+    }
+    let out = cmd.output().expect("run bash");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The figure after `before` in `text`, up to the next space.
+fn figure_after(text: &str, before: &str) -> f64 {
+    let (_, rest) = text
+        .split_once(before)
+        .unwrap_or_else(|| panic!("no {before:?} in {text}"));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// The preparation of a GPU session skips what is there, stops at the first step that fails
+/// with that step's log named and its last lines shown, and sums what a call carries against
+/// the 64 MiB it may bring.
+#[test]
+fn a_gpu_preparation_skips_what_is_there_stops_at_a_failure_and_sums_the_carry() {
+    let ws = Workspace::new("gpu-prepare");
+    for dir in [
+        "stack/wheels",
+        "stack/src/mamba_ssm",
+        "stack/sdist",
+        "empty",
+    ] {
+        std::fs::create_dir_all(ws.dir.join(dir)).unwrap();
+    }
+    std::fs::write(ws.dir.join("stack/sdist/causal_conv1d-1.6.1.tar.gz"), "x").unwrap();
+    std::fs::write(ws.dir.join("stack/wheels/a.whl"), vec![0u8; 1 << 20]).unwrap();
+
+    // A fetched stack is not fetched again (nothing here could fetch it).
+    let (code, said) = gpu_prepare(&ws, "stack", &[("STACK", "stack")]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("stack: done"), "{said}");
+    let log = std::fs::read_to_string(ws.dir.join("logs/stack.log")).unwrap();
+    assert!(log.contains("is there"), "{log}");
+
+    // A stack without its source cannot be prebuilt: the step fails, and the one after it
+    // does not run.
+    let vars = [("STACK", "empty"), ("VENV", "venv")];
+    let (code, said) = gpu_prepare(&ws, "conv1d,carry", &vars);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("conv1d failed"), "{said}");
+    assert!(said.contains("lacks what 'fetch' puts there"), "{said}");
+    assert!(said.contains("logs/conv1d.log"), "{said}");
+    assert!(!said.contains("carry"), "{said}");
+
+    // What a call carries: the binary, the stack and the kernel cache, with the tracked files.
+    std::fs::write(ws.dir.join("bin.xz"), vec![1u8; 3 << 20]).unwrap();
+    std::fs::write(ws.dir.join("cache.tar.xz"), vec![2u8; 1 << 20]).unwrap();
+    let vars = [
+        ("STACK", "stack"),
+        ("BINARY", "bin"),
+        ("KERNEL_CACHE_IN", "cache.tar.xz"),
+    ];
+    let (code, said) = gpu_prepare(&ws, "carry", &vars);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("bin.xz  3.0 MiB"), "{said}");
+    assert!(said.contains("cache.tar.xz  1.0 MiB"), "{said}");
+    let tracked = figure_after(&said, "with the tracked files (");
+    let total = figure_after(&said, "MiB): ");
+    assert!(
+        (total - tracked - 5.0).abs() < 0.11,
+        "{tracked} + 5.0 != {total}: {said}"
+    );
+    assert!(!said.contains("warning"), "{said}");
+
+    // Over 64 MiB the call is told to leave the cache; without one, that every process compiles.
+    let big = std::fs::File::options()
+        .write(true)
+        .open(ws.dir.join("bin.xz"))
+        .unwrap();
+    big.set_len(70 << 20).unwrap();
+    let (_, said) = gpu_prepare(&ws, "carry", &vars);
+    assert!(said.contains("warning: over 64 MiB"), "{said}");
+    std::fs::remove_file(ws.dir.join("cache.tar.xz")).unwrap();
+    let (code, said) = gpu_prepare(&ws, "carry", &vars);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("no kernel cache"), "{said}");
+}
