@@ -6,12 +6,13 @@
 # on an x86-64 machine with network access to PyPI, crates.io and deb.debian.org (no GPU).
 # MAMBA_CHECKOUT is a clone of github.com/state-spaces/mamba (bare or not) that holds the
 # revision the reference pins; without it `reference_stack.sh fetch` clones one from GitHub.
-# Each step is skipped where its result is already there, so a second run costs seconds:
+# Each step but the build is skipped where its result is already there; the build is cargo's
+# to judge, so a second run takes about two minutes (stripping and packing the binary again):
 #
 #   build   `BIN=cwm-bench docs/build-cuda-offline.sh`: target/cuda-offline/cwm-bench-cuda.xz,
-#           from the commit checked out (cold: some 40 minutes on 2 cores; cargo's own
-#           rebuild after a change: minutes). It runs in the background from the start, since
-#           the other steps mostly wait on downloads;
+#           from the commit checked out (cold, from an empty cargo cache: 30 minutes on 2 cores
+#           on 2026-11-28; after a change to cwm's crates: minutes). It runs in the background
+#           from the start, since the other steps mostly wait on downloads;
 #   stack   `benches/python/reference_stack.sh fetch target/reference-stack [MAMBA_CHECKOUT]`;
 #   cu130   target/cu130: a Python 3.12 environment with PyTorch 2.11.0+cu130 and CUDA 13.0's
 #           compiler from PyPI, the GPU machines' PyTorch build (docs/gpu.md), for the next step
