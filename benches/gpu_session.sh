@@ -12,7 +12,8 @@
 # them but is not cut short, so give the call itself a minute more. In order, each step taking
 # only what is left:
 #
-#   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions;
+#   1. the machine: GPU, driver, PyTorch, Triton and nvcc versions, and the CWM_ and CUBECL_
+#      variables the call was given;
 #   2. the cwm binary unpacked (once; its name and SHA-256 in the summary), the reference stack
 #      installed and the caches unpacked (KERNEL_CACHE_IN, TRITON_CACHE_IN, if there);
 #   3. compile (with PREWARM set): cwm's process of every cell of step 6, PREWARM at a time, so
@@ -140,6 +141,9 @@ left() { echo $((DEADLINE - SECONDS)); }
   python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 || true
   command -v nvcc >/dev/null && nvcc --version | tail -1
   echo "cores $(nproc)"
+  # What the call's environment sets for cwm and cubecl (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1, say,
+  # puts every cwm process on the tuner's early stop): the figures are of those settings.
+  env | grep -E '^(CWM|CUBECL)_' | sort | sed 's/^/env /'
 } >>"$SUMMARY" 2>&1 || true
 
 # 2. cwm and the reference stack.

@@ -665,6 +665,8 @@ fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
         ("SEQ", "8"),
         ("STEPS", "1"),
         ("CWM", env!("CARGO_BIN_EXE_cwm-bench")),
+        // Recorded in the summary (cwm's flex build has no autotuner to stop).
+        ("CUBECL_AUTOTUNE_SHORT_CIRCUIT", "1"),
     ];
     let out = Command::new("bash")
         .arg(script)
@@ -712,6 +714,10 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     assert!(
         summary.contains("\ncores "),
         "the machine first:\n{summary}"
+    );
+    assert!(
+        summary.contains("\nenv CUBECL_AUTOTUNE_SHORT_CIRCUIT=1\n"),
+        "the call's settings:\n{summary}"
     );
     let steps: Vec<&str> = summary
         .lines()
