@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
 use cwm_models::delta_kernels::{DeltaChunks, choose_delta_chunks, chosen_delta_chunks};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::{
@@ -70,6 +71,11 @@ pub struct BenchArgs {
     /// CWM_DELTA_CHUNKS, else kernels (crates/models/src/delta_kernels.rs).
     #[arg(long)]
     delta_chunks: Option<DeltaChunks>,
+    /// On the cubecl devices: how a bias's gradient is summed over the rows, in two stages over
+    /// blocks of rows (`blocks`) or by one reduction (`single`); default: CWM_COLUMN_SUMS, else
+    /// blocks (crates/models/src/column_sums.rs).
+    #[arg(long)]
+    column_sums: Option<ColumnSums>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in
     /// one autodiff node (`operations`), or as three kernels that keep no [batch, heads, seq,
     /// seq] tensor (`kernels`, crates/models/src/attention_kernel.rs); the train stage's
@@ -100,6 +106,9 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(setting) = args.delta_chunks {
         choose_delta_chunks(setting);
     }
+    if let Some(setting) = args.column_sums {
+        COLUMN_SUMS.choose(setting);
+    }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
     let line = if args.json {
@@ -122,6 +131,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "update": args.update.name(),
         "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
         "delta_chunks": chosen_delta_chunks().map(|c| c.to_string()),
+        "column_sums": COLUMN_SUMS.chosen().map(|c| c.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,
         "median_step_s": figures.median_step_s,

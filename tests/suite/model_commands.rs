@@ -56,6 +56,7 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     // no passage from chunk to chunk.
     assert!(figures["fusion_blocks"].is_null(), "{figures}");
     assert!(figures["delta_chunks"].is_null(), "{figures}");
+    assert!(figures["column_sums"].is_null(), "{figures}");
     assert_eq!(figures["attention"], "operations", "{figures}");
     let blocks = [
         &args[..],
@@ -66,18 +67,27 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
             "kernels",
             "--delta-chunks",
             "operations",
+            "--column-sums",
+            "single",
         ],
     ]
     .concat();
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&blocks)).expect("JSON");
     assert_eq!(figures["fusion_blocks"], "2", "{figures}");
     assert_eq!(figures["delta_chunks"], "operations", "{figures}");
+    assert_eq!(figures["column_sums"], "single", "{figures}");
     assert_eq!(figures["attention"], "kernels", "{figures}");
     let flash = ws.cwm(&[&args[..], &["--attention", "flash"]].concat());
     assert_eq!(
         flash.status.code(),
         Some(2),
         "an unknown attention is refused"
+    );
+    let halves = ws.cwm(&[&args[..], &["--column-sums", "halves"]].concat());
+    assert_eq!(
+        halves.status.code(),
+        Some(2),
+        "an unknown way of summing columns is refused"
     );
     let none = ws.cwm(&[&args[..], &["--fusion-blocks", "0"]].concat());
     assert_eq!(
@@ -731,6 +741,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "profile",
             "round1",
             "fused-device",
+            "column-single",
             "update-ops",
             "fusion-burn",
             "attention-kernels",
@@ -765,6 +776,11 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         "{tables}"
     );
     assert!(
+        table_row(section(&tables, "column-single"), "slice_diag")[8]
+            .starts_with("cwm f32, fused-cpu loss, one-pass update, column sums: single;"),
+        "{tables}"
+    );
+    assert!(
         table_row(section(&tables, "update-ops"), "slice_diag")[8]
             .starts_with("cwm f32, fused-cpu loss, ops update;"),
         "{tables}"
@@ -785,9 +801,9 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         "done"
     );
     assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's four variants once each.
+    // The prewarm, two rounds of both sides, and cwm's five variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 9, "{lines}");
+    assert_eq!(lines.lines().count(), 10, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 

@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 /// The setting `value` (the variable `var`'s, if set) names.
 ///
@@ -20,6 +21,59 @@ pub(crate) fn parse<T: FromStr<Err = String> + Default>(
         .ok_or_else(|| format!("{value:?} is not UTF-8"))
         .and_then(str::parse)
         .map_err(|reason| format!("{var}: {reason}"))
+}
+
+/// A setting chosen once for the whole process: by a caller with a setting of its own
+/// ([`ProcessSetting::choose`], e.g. a command's flag), else from the variable `var` when the
+/// first cubecl device is made ([`ProcessSetting::choose_from_env`]).
+pub struct ProcessSetting<T> {
+    var: &'static str,
+    chosen: OnceLock<T>,
+}
+
+impl<T: Copy + Default + FromStr<Err = String>> ProcessSetting<T> {
+    /// The setting read from `var`, not chosen yet.
+    pub const fn new(var: &'static str) -> Self {
+        ProcessSetting {
+            var,
+            chosen: OnceLock::new(),
+        }
+    }
+
+    /// The environment variable's name.
+    pub fn var(&self) -> &'static str {
+        self.var
+    }
+
+    /// The setting `value` (the variable's, if set) names.
+    ///
+    /// # Errors
+    /// As [`parse`].
+    pub fn parse(&self, value: Option<&OsStr>) -> Result<T, String> {
+        parse(self.var, value)
+    }
+
+    /// Chooses `setting` unless one was chosen already; returns the one in effect.
+    pub fn choose(&self, setting: T) -> T {
+        *self.chosen.get_or_init(|| setting)
+    }
+
+    /// The setting chosen so far, if any.
+    pub fn chosen(&self) -> Option<T> {
+        self.chosen.get().copied()
+    }
+
+    /// The setting in effect, chosen from the environment if none was chosen before: what
+    /// making a cubecl device does.
+    ///
+    /// # Errors
+    /// As [`parse`], when the environment's value is read and is not a setting.
+    pub fn choose_from_env(&self) -> Result<T, String> {
+        match self.chosen() {
+            Some(chosen) => Ok(chosen),
+            None => Ok(self.choose(self.parse(std::env::var_os(self.var).as_deref())?)),
+        }
+    }
 }
 
 #[cfg(test)]

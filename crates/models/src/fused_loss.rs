@@ -28,6 +28,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use rayon::prelude::*;
 
+use crate::column_sums::sum_rows;
 use crate::error::ModelError;
 use crate::head::{HEAD_OUT, N_LABELS, label_classes};
 use crate::loss::StateLoss;
@@ -200,11 +201,10 @@ impl HeadGradients {
     /// The gradients that the logits' gradient `g` (`[steps, n]`) gives the head's columns
     /// `w` (`[d, n]`) and their input `x` (`[steps, d]`).
     pub(crate) fn of(x: Tensor<2>, w: Tensor<2>, g: Tensor<2>) -> HeadGradients {
-        let [_, n] = g.dims();
         HeadGradients {
             x: g.clone().matmul(w.transpose()),
             weight: x.transpose().matmul(g.clone()),
-            bias: g.sum_dim(0).reshape([n]),
+            bias: sum_rows(g),
         }
     }
 }

@@ -33,6 +33,7 @@ mod attention;
 mod attention_kernel;
 mod causal_conv;
 pub mod checkpoint;
+pub mod column_sums;
 mod config;
 mod delta_chunks;
 pub mod delta_kernels;

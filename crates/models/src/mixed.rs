@@ -12,6 +12,7 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 
+use crate::column_sums::add_row;
 use crate::config::Precision;
 use crate::head::LABEL_GROUPS;
 use crate::split::split;
@@ -95,7 +96,8 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// `[d_in, d_out]` product per batch element, `[batch, d_in, d_out]` in all, then sums them (at
 /// d512 and batch 128 the transformer's MLP input projection alone is a 1 GiB temporary). On
 /// the folded rows the weight's gradient is one product over all `batch · seq` rows, and the
-/// bias's one column sum.
+/// bias's one column sum, in two stages on cubecl's devices ([`crate::column_sums`]; the
+/// bias is added as burn's `linear` adds it, after the product).
 fn product<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
@@ -105,11 +107,15 @@ fn product<const D: usize>(
     let mut dims = x.dims();
     let [d_in, d_out] = weight.dims();
     let rows: Tensor<2> = x.reshape([dims[..D - 1].iter().product(), d_in]);
+    let biased = |y: Tensor<2>, bias: Option<Tensor<1>>| match bias {
+        Some(bias) => add_row(y, bias),
+        None => y,
+    };
     let y = match precision {
-        Precision::F32 => burn::tensor::module::linear(rows, weight, bias),
+        Precision::F32 => biased(burn::tensor::module::linear(rows, weight, None), bias),
         Precision::Bf16 => {
-            burn::tensor::module::linear(to_bf16(rows), to_bf16(weight), bias.map(to_bf16))
-                .cast(FloatDType::F32)
+            let y = burn::tensor::module::linear(to_bf16(rows), to_bf16(weight), None);
+            biased(y, bias.map(to_bf16)).cast(FloatDType::F32)
         }
     };
     dims[D - 1] = d_out;
