@@ -31,6 +31,9 @@
 #      in a kernel cache of its own ($KERNEL_CACHE-stop, the carried cache without its
 #      products' tuning), against step 6's full search; what that tuner chose goes under the
 #      step's table;
+#   7c. column-single: the transformer's cells of step 6 (with FAMILIES other than all, its
+#      families') with every bias's gradient summed over the rows by one reduction
+#      (`--column-sums single`, crates/models/src/column_sums.rs), against step 6's two stages;
 #   8. update-ops: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with the optimizer's update as separate tensor operations, the baseline of
 #      the one-pass update cwm runs by default;
@@ -325,6 +328,7 @@ if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
   fi
 fi
 if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
+compare column-single "$update_families" "$SIZES" 1 "--cwm-args=--column-sums single"
 compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"
 compare attention-kernels "$update_families" "$SIZES" 1 "--cwm-args=--attention kernels"

@@ -359,7 +359,8 @@ def row(arch, size, figures):
     notes = (
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
-        f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}; "
+        f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}"
+        f"{column_sums_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
@@ -392,6 +393,13 @@ def delta_chunks_note(line):
     where not by its default kernels (``delta_chunks`` of ``cwm model bench --json``)."""
     passage = line.get("delta_chunks")
     return f", delta chunks: {passage}" if passage not in (None, "kernels") else ""
+
+
+def column_sums_note(line):
+    """How cwm's process summed a bias's gradient over the rows on a cubecl device, where not
+    in its default two stages (``column_sums`` of ``cwm model bench --json``)."""
+    sums = line.get("column_sums")
+    return f", column sums: {sums}" if sums not in (None, "blocks") else ""
 
 
 def queued_share(lines):
