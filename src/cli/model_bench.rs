@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
-use cwm_models::delta_kernels::{DeltaChunks, choose_delta_chunks, chosen_delta_chunks};
+use cwm_models::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
@@ -104,7 +104,7 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
         choose_fusion_blocks(blocks);
     }
     if let Some(setting) = args.delta_chunks {
-        choose_delta_chunks(setting);
+        DELTA_CHUNKS.choose(setting);
     }
     if let Some(setting) = args.column_sums {
         COLUMN_SUMS.choose(setting);
@@ -130,7 +130,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "loss": figures.loss.name(),
         "update": args.update.name(),
         "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
-        "delta_chunks": chosen_delta_chunks().map(|c| c.to_string()),
+        "delta_chunks": DELTA_CHUNKS.chosen().map(|c| c.to_string()),
         "column_sums": COLUMN_SUMS.chosen().map(|c| c.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,

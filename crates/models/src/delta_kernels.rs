@@ -13,12 +13,12 @@
 //! Both compute the same quantities; they differ by rounding only (the order of the sums).
 //! Nothing changes on the CPU (`flex`), which has no kernels of cwm's for it.
 
-use std::ffi::OsStr;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::OnceLock;
 
-/// The environment variable read by [`DeltaChunks::from_env`].
+use crate::env_setting::ProcessSetting;
+
+/// The environment variable [`DELTA_CHUNKS`] is read from.
 pub const DELTA_CHUNKS_VAR: &str = "CWM_DELTA_CHUNKS";
 
 /// How cubecl's devices pass the state from chunk to chunk.
@@ -54,59 +54,17 @@ impl FromStr for DeltaChunks {
     }
 }
 
-impl DeltaChunks {
-    /// The setting `value` of [`DELTA_CHUNKS_VAR`] names (the module docs).
-    ///
-    /// # Errors
-    /// A message naming the variable when the value is neither `kernels` nor `operations`.
-    pub fn parse(value: Option<&OsStr>) -> Result<Self, String> {
-        crate::env_setting::parse(DELTA_CHUNKS_VAR, value)
-    }
-
-    /// The setting of this process's environment.
-    ///
-    /// # Errors
-    /// As [`DeltaChunks::parse`].
-    pub fn from_env() -> Result<Self, String> {
-        Self::parse(std::env::var_os(DELTA_CHUNKS_VAR).as_deref())
-    }
-}
-
-/// The setting this process runs with, once chosen.
-static CHOSEN: OnceLock<DeltaChunks> = OnceLock::new();
-
-/// The setting chosen so far, if any.
-pub fn chosen_delta_chunks() -> Option<DeltaChunks> {
-    CHOSEN.get().copied()
-}
-
-/// Chooses the process's setting unless one was chosen already; returns the one in effect.
-/// The first cubecl device made chooses from the environment ([`DeltaChunks::from_env`]), so a
-/// caller with a setting of its own calls this first.
-pub fn choose_delta_chunks(setting: DeltaChunks) -> DeltaChunks {
-    *CHOSEN.get_or_init(|| setting)
-}
-
-/// The setting in effect, chosen from the environment if none was chosen before: what making a
-/// cubecl device does.
-///
-/// # Errors
-/// As [`DeltaChunks::parse`], when the environment's value is read and is not a setting.
-#[cfg_attr(not(any(feature = "cuda", feature = "cube-cpu")), allow(dead_code))]
-pub(crate) fn choose_from_env() -> Result<DeltaChunks, String> {
-    match chosen_delta_chunks() {
-        Some(chosen) => Ok(chosen),
-        None => Ok(choose_delta_chunks(DeltaChunks::from_env()?)),
-    }
-}
+/// The process's setting (the module docs).
+pub static DELTA_CHUNKS: ProcessSetting<DeltaChunks> = ProcessSetting::new(DELTA_CHUNKS_VAR);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
 
     #[test]
     fn the_variable_names_kernels_or_operations() {
-        let parse = |v: Option<&str>| DeltaChunks::parse(v.map(OsStr::new));
+        let parse = |v: Option<&str>| DELTA_CHUNKS.parse(v.map(OsStr::new));
         assert_eq!(parse(None), Ok(DeltaChunks::Kernels));
         assert_eq!(parse(Some("")), Ok(DeltaChunks::Kernels));
         assert_eq!(parse(Some("Kernels")), Ok(DeltaChunks::Kernels));

@@ -63,7 +63,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     }
     crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::Cuda);
     crate::fusion_search::choose_from_env()?;
-    crate::delta_kernels::choose_from_env()?;
+    crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
     Ok(Device::cuda(index))
 }
@@ -140,7 +140,7 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
 fn cube_cpu() -> Result<Device, String> {
     crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::CubeCpu);
     crate::fusion_search::choose_from_env()?;
-    crate::delta_kernels::choose_from_env()?;
+    crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
     Ok(Device::cpu())
 }

@@ -40,11 +40,6 @@ impl<T: Copy + Default + FromStr<Err = String>> ProcessSetting<T> {
         }
     }
 
-    /// The environment variable's name.
-    pub fn var(&self) -> &'static str {
-        self.var
-    }
-
     /// The setting `value` (the variable's, if set) names.
     ///
     /// # Errors
@@ -79,6 +74,27 @@ impl<T: Copy + Default + FromStr<Err = String>> ProcessSetting<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first choice holds for the process: a later one, or the environment, changes nothing;
+    /// a setting never chosen takes the environment's (here unset: the default).
+    #[test]
+    fn a_setting_is_chosen_once() {
+        use crate::delta_kernels::DeltaChunks;
+        let flagged: ProcessSetting<DeltaChunks> = ProcessSetting::new("CWM_TEST_NEVER_SET_A");
+        assert_eq!(flagged.chosen(), None);
+        assert_eq!(
+            flagged.choose(DeltaChunks::Operations),
+            DeltaChunks::Operations
+        );
+        assert_eq!(
+            flagged.choose(DeltaChunks::Kernels),
+            DeltaChunks::Operations
+        );
+        assert_eq!(flagged.choose_from_env(), Ok(DeltaChunks::Operations));
+        let unset: ProcessSetting<DeltaChunks> = ProcessSetting::new("CWM_TEST_NEVER_SET_B");
+        assert_eq!(unset.choose_from_env(), Ok(DeltaChunks::Kernels));
+        assert_eq!(unset.chosen(), Some(DeltaChunks::Kernels));
+    }
 
     /// A value that is not UTF-8 is refused with the variable's name, not taken as the default.
     #[test]

@@ -28,7 +28,7 @@ use burn_cubecl::tensor::CubeTensor;
 
 use super::{ChunkInputs, DeltaChunkOps, Saved, backward_by_ops, forward_by_ops, states_shape};
 use crate::causal_conv::cube::{empty_like, grid};
-use crate::delta_kernels::{DeltaChunks, chosen_delta_chunks};
+use crate::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
 
 /// The widest key whose state column a unit keeps in registers (Gated DeltaNet's is 48).
 pub(crate) const MAX_KEY: usize = 128;
@@ -183,7 +183,7 @@ pub(crate) fn backward_kernel(
 /// Whether the kernels take these tensors: the process chose them, the tensors are `f32`, and
 /// the key has 1 to [`MAX_KEY`] columns.
 fn fits(tensors: &[&CubeTensor], key: usize) -> bool {
-    let chosen = chosen_delta_chunks().unwrap_or_default() == DeltaChunks::Kernels;
+    let chosen = DELTA_CHUNKS.chosen().unwrap_or_default() == DeltaChunks::Kernels;
     chosen && (1..=MAX_KEY).contains(&key) && tensors.iter().all(|t| t.dtype == DType::F32)
 }
 
