@@ -77,6 +77,7 @@ pub use config::{
     Family, ModelConfig, Precision, Rope, Scan, Size, TrainingAttention, default_chunk_size,
 };
 pub use device::device_by_name;
+pub use env_setting::ProcessSetting;
 pub use error::ModelError;
 pub use head::{
     HEAD_OUT, HeadLogits, LABEL_GROUPS, LabelGroup, N_LABELS, PAD_TOKEN, START_TOKEN,
