@@ -7,9 +7,10 @@
 //! result per column. cubek's reductions give each result (or each vector of 2 or 4 results)
 //! one unit, one plane or one cube: with the paper's 32,768 rows and a few hundred to a few
 //! thousand columns that is a few hundred units reading 32,768 rows each, or planes whose lanes
-//! read 8 or 16 bytes from different rows. On an H200 (2026-11-27) the head's bias gradient,
-//! 32,768 × 1,878, took 326 µs against the 48.7 µs its bytes take at the memory's speed, and
-//! a transformer layer has four biased projections of 128 to 4,096 columns. In two stages the
+//! read 8 or 16 bytes from different rows (the head's 1,878 columns, every family's; the
+//! transformer's four biased projections a layer, of `d` to `8d`). An H200's tuning results
+//! (2026-11-27) hold a reduction of that kind whose fastest kernel took 6.7 times its tuning
+//! limit (docs/gpu.md, "Levers ready to time on a GPU"). In two stages the
 //! rows are cut into blocks of up to [`MAX_BLOCK_ROWS`]: first the sum over the blocks
 //! (`[rows / i, i, columns]` → `[i, columns]`, `i` times as many results, each a short run of
 //! neighbouring columns' reads), then over the `i` rows that are left (a small tensor).
