@@ -24,7 +24,7 @@
 //! | `single` | one reduction over all rows (burn's own) |
 //!
 //! Both add the same numbers, in another order: they differ by rounding only. The CPU (`flex`)
-//! always takes one reduction, whatever the setting: its steps are as before.
+//! always takes one reduction, whatever the setting.
 
 use std::fmt;
 use std::str::FromStr;
