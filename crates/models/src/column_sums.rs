@@ -55,12 +55,15 @@ pub enum ColumnSums {
     Single,
 }
 
+/// Each setting with its name.
+const NAMES: [(ColumnSums, &str); 2] = [
+    (ColumnSums::Blocks, "blocks"),
+    (ColumnSums::Single, "single"),
+];
+
 impl fmt::Display for ColumnSums {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ColumnSums::Blocks => "blocks",
-            ColumnSums::Single => "single",
-        })
+        f.write_str(crate::env_setting::name_of(&NAMES, self))
     }
 }
 
@@ -68,13 +71,7 @@ impl FromStr for ColumnSums {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.eq_ignore_ascii_case("blocks") {
-            Ok(ColumnSums::Blocks)
-        } else if s.eq_ignore_ascii_case("single") {
-            Ok(ColumnSums::Single)
-        } else {
-            Err(format!("{s:?} is neither `blocks` nor `single`"))
-        }
+        crate::env_setting::by_name(&NAMES, s)
     }
 }
 

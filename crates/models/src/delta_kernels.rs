@@ -31,12 +31,15 @@ pub enum DeltaChunks {
     Operations,
 }
 
+/// Each setting with its name.
+const NAMES: [(DeltaChunks, &str); 2] = [
+    (DeltaChunks::Kernels, "kernels"),
+    (DeltaChunks::Operations, "operations"),
+];
+
 impl fmt::Display for DeltaChunks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeltaChunks::Kernels => "kernels",
-            DeltaChunks::Operations => "operations",
-        })
+        f.write_str(crate::env_setting::name_of(&NAMES, self))
     }
 }
 
@@ -44,13 +47,7 @@ impl FromStr for DeltaChunks {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.eq_ignore_ascii_case("kernels") {
-            Ok(DeltaChunks::Kernels)
-        } else if s.eq_ignore_ascii_case("operations") {
-            Ok(DeltaChunks::Operations)
-        } else {
-            Err(format!("{s:?} is neither `kernels` nor `operations`"))
-        }
+        crate::env_setting::by_name(&NAMES, s)
     }
 }
 

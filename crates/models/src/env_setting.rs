@@ -23,6 +23,24 @@ pub(crate) fn parse<T: FromStr<Err = String> + Default>(
         .map_err(|reason| format!("{var}: {reason}"))
 }
 
+/// The setting of `names` (each with its name) that `s` names, whatever its case.
+///
+/// # Errors
+/// A message naming `s` and every name, when `s` is none of them.
+pub(crate) fn by_name<T: Copy>(names: &[(T, &str)], s: &str) -> Result<T, String> {
+    let found = names.iter().find(|(_, name)| s.eq_ignore_ascii_case(name));
+    found.map(|&(setting, _)| setting).ok_or_else(|| {
+        let listed: Vec<String> = names.iter().map(|(_, name)| format!("`{name}`")).collect();
+        format!("{s:?} is neither {}", listed.join(" nor "))
+    })
+}
+
+/// The name `names` gives `setting` (empty if it gives none).
+pub(crate) fn name_of<T: PartialEq>(names: &[(T, &'static str)], setting: &T) -> &'static str {
+    let found = names.iter().find(|(candidate, _)| candidate == setting);
+    found.map_or("", |&(_, name)| name)
+}
+
 /// A setting chosen once for the whole process: by a caller with a setting of its own
 /// ([`ProcessSetting::choose`], e.g. a command's flag), else from the variable `var` when the
 /// first cubecl device is made ([`ProcessSetting::choose_from_env`]).
