@@ -107,17 +107,17 @@ fn product<const D: usize>(
     let mut dims = x.dims();
     let [d_in, d_out] = weight.dims();
     let rows: Tensor<2> = x.reshape([dims[..D - 1].iter().product(), d_in]);
-    let biased = |y: Tensor<2>, bias: Option<Tensor<1>>| match bias {
-        Some(bias) => add_row(y, bias),
-        None => y,
+    let (rows, weight, bias) = match precision {
+        Precision::F32 => (rows, weight, bias),
+        Precision::Bf16 => (to_bf16(rows), to_bf16(weight), bias.map(to_bf16)),
     };
-    let y = match precision {
-        Precision::F32 => biased(burn::tensor::module::linear(rows, weight, None), bias),
-        Precision::Bf16 => {
-            let y = burn::tensor::module::linear(to_bf16(rows), to_bf16(weight), None);
-            biased(y, bias.map(to_bf16)).cast(FloatDType::F32)
-        }
-    };
+    let mut y = rows.matmul(weight);
+    if let Some(bias) = bias {
+        y = add_row(y, bias);
+    }
+    if precision == Precision::Bf16 {
+        y = y.cast(FloatDType::F32);
+    }
     dims[D - 1] = d_out;
     y.reshape(dims)
 }
