@@ -24,6 +24,9 @@
 #   5. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
 #      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
+#   6b. cublas: the transformer's cells of step 6 (with FAMILIES other than all, its families')
+#      with every `Linear`'s products by cuBLAS in TF32 (`--products cublas`,
+#      crates/models/src/products.rs), against step 6's cubecl kernels;
 #   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
 #   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the
 #      first kernel within 1/0.8 of the shape's roofline time (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1,
@@ -189,6 +192,17 @@ if [ "$DEVICE" != cpu ]; then
   # kernels): its warm-up steps compile and tune them, which the cache saves the next session.
   TRITON_CACHE_DIR=$(realpath -m "$TRITON_CACHE")
   export TRITON_CACHE_DIR
+  # cuBLAS, which step 6b's cwm processes load at run time: where the loader does not find it
+  # already, the folder of the CUDA toolkit's or PyTorch's copy goes on LD_LIBRARY_PATH.
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
+    cublas_dir=$(python3 benches/python/find_cublas.py 2>>"$OUT/compare.log" || true)
+    if [ -n "$cublas_dir" ]; then
+      export LD_LIBRARY_PATH=$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      say "cuBLAS from $cublas_dir"
+    else
+      say "cuBLAS not found: step 6b's cells will fail"
+    fi
+  fi
 fi
 # Triton 3.6 keeps autotuning results on disk with this set, so the reference stack's later
 # processes reuse the first ones' instead of tuning again in their warm-up steps: wall time
@@ -316,6 +330,12 @@ if [ -n "$PROFILE_SIZES" ] && { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,tra
 fi
 profile
 compare round1 "$FAMILIES" "$SIZES" 1
+if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
+if [ "$DEVICE" = cpu ]; then
+  say "cublas: not run, cuBLAS multiplies on device cuda only"
+else
+  compare cublas "$update_families" "$SIZES" 1 "--cwm-args=--products cublas"
+fi
 compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
 if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
   compare tuning-stop "${STOP_FAMILIES:-transformer}" "$SIZES" 1 \
@@ -327,7 +347,6 @@ if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
       sed 's/^## /#### /' >>"$OUT/tables.md" || true
   fi
 fi
-if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
 compare column-single "$update_families" "$SIZES" 1 "--cwm-args=--column-sums single"
 compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
 compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"

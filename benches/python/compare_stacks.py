@@ -360,7 +360,7 @@ def row(arch, size, figures):
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
         f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}"
-        f"{column_sums_note(ours_last)}; "
+        f"{column_sums_note(ours_last)}{products_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
@@ -400,6 +400,13 @@ def column_sums_note(line):
     in its default two stages (``column_sums`` of ``cwm model bench --json``)."""
     sums = line.get("column_sums")
     return f", column sums: {sums}" if sums not in (None, "blocks") else ""
+
+
+def products_note(line):
+    """Who multiplied cwm's ``Linear`` matrices, where not cubecl's kernels (``products`` of
+    ``cwm model bench --json``)."""
+    products = line.get("products")
+    return f", products: {products}" if products not in (None, "cubecl") else ""
 
 
 def queued_share(lines):

@@ -11,6 +11,7 @@ use clap::Args;
 use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
 use cwm_models::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
+use cwm_models::products::{PRODUCTS, Products};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
 };
@@ -76,6 +77,11 @@ pub struct BenchArgs {
     /// blocks (crates/models/src/column_sums.rs).
     #[arg(long)]
     column_sums: Option<ColumnSums>,
+    /// Who multiplies the `Linear`s' matrices: cubecl's kernels (`cubecl`) or, on device cuda,
+    /// cuBLAS in TF32 (`cublas`, which waits for cubecl's queue around each product); default:
+    /// CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
+    #[arg(long)]
+    products: Option<Products>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in
     /// one autodiff node (`operations`), or as three kernels that keep no [batch, heads, seq,
     /// seq] tensor (`kernels`, crates/models/src/attention_kernel.rs); the train stage's
@@ -109,6 +115,12 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(setting) = args.column_sums {
         COLUMN_SUMS.choose(setting);
     }
+    if let Some(setting) = args.products {
+        if setting == Products::Cublas && !device.starts_with("cuda") {
+            anyhow::bail!("--products cublas multiplies on device cuda only, not {device:?}");
+        }
+        PRODUCTS.choose(setting);
+    }
     let figures =
         measure(&options).with_context(|| format!("measuring {arch} {size} on {device}"))?;
     let line = if args.json {
@@ -132,6 +144,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
         "delta_chunks": DELTA_CHUNKS.chosen().map(|c| c.to_string()),
         "column_sums": COLUMN_SUMS.chosen().map(|c| c.to_string()),
+        "products": PRODUCTS.chosen().map(|p| p.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,
         "median_step_s": figures.median_step_s,

@@ -20,6 +20,7 @@ mod slurm;
 mod status_summary;
 mod store;
 mod tuning_report;
+mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

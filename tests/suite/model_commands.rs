@@ -30,6 +30,33 @@ fn small_bench<'a>(arch: &'a str, steps: &'a str) -> [&'a str; 15] {
     ]
 }
 
+/// Settings the command does not know, or cannot honour on the device, are refused before any
+/// step: unknown names by the argument parser (exit 2), cuBLAS's products off CUDA with a reason.
+#[test]
+fn model_bench_refuses_settings_it_cannot_take() {
+    let ws = Workspace::new("model-bench-refusals");
+    let args = small_bench("slice_diag", "1");
+    for (flag, value, what) in [
+        ("--attention", "flash", "an unknown attention"),
+        (
+            "--column-sums",
+            "halves",
+            "an unknown way of summing columns",
+        ),
+        ("--fusion-blocks", "0", "a search of 0 blocks"),
+        ("--products", "cudnn", "an unknown maker of products"),
+    ] {
+        let refused = ws.cwm(&[&args[..], &[flag, value]].concat());
+        assert_eq!(refused.status.code(), Some(2), "{what} is refused");
+    }
+    let cublas = ws.cwm(&[&args[..], &["--products", "cublas"]].concat());
+    let err = String::from_utf8_lossy(&cublas.stderr);
+    assert!(
+        !cublas.status.success() && err.contains("device cuda only"),
+        "cuBLAS's products are refused on the CPU: {err}"
+    );
+}
+
 #[test]
 fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     let ws = Workspace::new("model-bench");
@@ -57,6 +84,7 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert!(figures["fusion_blocks"].is_null(), "{figures}");
     assert!(figures["delta_chunks"].is_null(), "{figures}");
     assert!(figures["column_sums"].is_null(), "{figures}");
+    assert!(figures["products"].is_null(), "{figures}");
     assert_eq!(figures["attention"], "operations", "{figures}");
     let blocks = [
         &args[..],
@@ -69,6 +97,8 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
             "operations",
             "--column-sums",
             "single",
+            "--products",
+            "cubecl",
         ],
     ]
     .concat();
@@ -76,25 +106,8 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     assert_eq!(figures["fusion_blocks"], "2", "{figures}");
     assert_eq!(figures["delta_chunks"], "operations", "{figures}");
     assert_eq!(figures["column_sums"], "single", "{figures}");
+    assert_eq!(figures["products"], "cubecl", "{figures}");
     assert_eq!(figures["attention"], "kernels", "{figures}");
-    let flash = ws.cwm(&[&args[..], &["--attention", "flash"]].concat());
-    assert_eq!(
-        flash.status.code(),
-        Some(2),
-        "an unknown attention is refused"
-    );
-    let halves = ws.cwm(&[&args[..], &["--column-sums", "halves"]].concat());
-    assert_eq!(
-        halves.status.code(),
-        Some(2),
-        "an unknown way of summing columns is refused"
-    );
-    let none = ws.cwm(&[&args[..], &["--fusion-blocks", "0"]].concat());
-    assert_eq!(
-        none.status.code(),
-        Some(2),
-        "a search of 0 blocks is refused"
-    );
     let mut chunked = args.to_vec();
     chunked.extend(["--chunk-size", "3"]);
     let figures: serde_json::Value = serde_json::from_str(&ws.ok(&chunked)).expect("JSON");
@@ -740,6 +753,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "compile",
             "profile",
             "round1",
+            "cublas",
             "fused-device",
             "column-single",
             "update-ops",

@@ -59,6 +59,7 @@ mod mamba;
 mod metrics;
 pub mod mixed;
 mod model;
+pub mod products;
 #[cfg(feature = "cuda")]
 pub mod ptx;
 mod recurrent;

@@ -97,7 +97,8 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// d512 and batch 128 the transformer's MLP input projection alone is a 1 GiB temporary). On
 /// the folded rows the weight's gradient is one product over all `batch · seq` rows, and the
 /// bias's one column sum, in two stages on cubecl's devices ([`crate::column_sums`]; the
-/// bias is added as burn's `linear` adds it, after the product).
+/// bias is added as burn's `linear` adds it, after the product). With `CWM_PRODUCTS=cublas`
+/// an `f32` product is [`crate::products::product`] (cuBLAS's on `cuda`).
 fn product<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
@@ -111,7 +112,11 @@ fn product<const D: usize>(
         Precision::F32 => (rows, weight, bias),
         Precision::Bf16 => (to_bf16(rows), to_bf16(weight), bias.map(to_bf16)),
     };
-    let mut y = rows.matmul(weight);
+    let mut y = if precision == Precision::F32 && crate::products::cublas_chosen() {
+        crate::products::product(rows, weight)
+    } else {
+        rows.matmul(weight)
+    };
     if let Some(bias) = bias {
         y = add_row(y, bias);
     }

@@ -1,0 +1,471 @@
+//! Who multiplies the `Linear`s' matrices on a GPU: cubecl's own kernels (burn's products,
+//! the default) or NVIDIA's cuBLAS, so that one build can time the two against each other.
+//!
+//! Every `Linear` of the models is one `[rows, d_in] · [d_in, d_out]` product forward and two
+//! backward (`mixed::product`). On an H200, cubek-matmul's fastest product ran at about
+//! 7 × 10¹³ operations/s (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32
+//! tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
+//! products alone come to about the reference's whole step. [`product`] is `op(a) · op(b)`
+//! (`op` a transposition or none) as one differentiable operation: on CUDA with
+//! [`Products::Cublas`] by `cublasSgemm` in TF32 (`products/cublas.rs`), elsewhere by
+//! burn's product of the (transposed) operands. Its backward pass is two such products
+//! (with `g` the output's gradient):
+//!
+//! ```text
+//! c = a · b        da = g · bᵀ     db = aᵀ · g
+//! ```
+//!
+//! cubecl does not hand out the CUDA stream its kernels run on, so the cuBLAS product is
+//! ordered against them by waiting: cubecl's queue is drained before the product and the
+//! product's own stream after it (two host waits per product, three products per `Linear` a
+//! step). What the products gain must outweigh those waits; only a GPU can say whether they do.
+//!
+//! The environment variable `CWM_PRODUCTS` chooses, for the whole process, when its first
+//! cubecl device is made (`cwm model bench --products` for one run):
+//!
+//! | value | products |
+//! |---|---|
+//! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
+//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` (refused elsewhere) |
+//!
+//! A process's first cuBLAS product is also computed by burn and the two compared; a
+//! difference beyond TF32's rounding stops the process, naming the shape.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::backend::autodiff::{
+    Autodiff,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::prelude::*;
+
+use crate::env_setting::ProcessSetting;
+
+/// The environment variable [`PRODUCTS`] is read from.
+pub const PRODUCTS_VAR: &str = "CWM_PRODUCTS";
+
+/// The process's setting (the module docs).
+pub static PRODUCTS: ProcessSetting<Products> = ProcessSetting::new(PRODUCTS_VAR);
+
+/// Who multiplies the `Linear`s' matrices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// burn's products: cubecl's kernels on cubecl's devices.
+    #[default]
+    Cubecl,
+    /// cuBLAS's `cublasSgemm` in TF32, on device `cuda`.
+    Cublas,
+}
+
+/// Each setting with its name.
+const NAMES: [(Products, &str); 2] = [(Products::Cubecl, "cubecl"), (Products::Cublas, "cublas")];
+
+impl fmt::Display for Products {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(crate::env_setting::name_of(&NAMES, self))
+    }
+}
+
+impl FromStr for Products {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        crate::env_setting::by_name(&NAMES, s)
+    }
+}
+
+/// Whether the process's products are cuBLAS's.
+pub(crate) fn cublas_chosen() -> bool {
+    PRODUCTS.chosen() == Some(Products::Cublas)
+}
+
+/// `a · b` as [`ProductOps::product`] (the module docs): what `mixed::product` multiplies a
+/// `Linear`'s rows by its weight with when [`Products::Cublas`] is chosen.
+///
+/// # Shapes
+/// - `a`: `[m, k]`; `b`: `[k, n]`; output: `[m, n]`
+pub fn product(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
+    let out = <Dispatch as ProductOps>::product(a.into_dispatch(), b.into_dispatch(), false, false);
+    Tensor::<2>::from_dispatch(out)
+}
+
+/// The sizes `(m, k, n)` of `op(a) · op(b)` for operands stored as `a` and `b` (row-major
+/// `[rows, columns]`), `op` transposing where `transpose_*` says.
+///
+/// # Errors
+/// The inner sizes differ.
+#[cfg(any(feature = "cuda", feature = "cube-cpu", test))]
+pub(crate) fn sizes(
+    a: [usize; 2],
+    b: [usize; 2],
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Result<(usize, usize, usize), String> {
+    let [m, k] = if transpose_a { [a[1], a[0]] } else { a };
+    let [k_b, n] = if transpose_b { [b[1], b[0]] } else { b };
+    if k != k_b {
+        return Err(format!(
+            "a product of {a:?}{} by {b:?}{}: inner sizes {k} and {k_b}",
+            if transpose_a { "ᵀ" } else { "" },
+            if transpose_b { "ᵀ" } else { "" }
+        ));
+    }
+    Ok((m, k, n))
+}
+
+/// One `cublasSgemm` call's arguments for `c = op(a) · op(b)` with row-major operands.
+///
+/// cuBLAS reads matrices column by column, and a row-major `[r, c]` matrix read so is its
+/// transpose, `[c, r]` with leading dimension `c`. So the call computes `cᵀ = op(b)ᵀ · op(a)ᵀ`:
+/// cuBLAS's first operand is `b`, its second `a`, and what it writes, `cᵀ` column by column,
+/// is `c` row by row.
+#[cfg(any(feature = "cuda", test))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gemm {
+    /// Whether cuBLAS transposes its first operand (`b` as stored).
+    pub transpose_first: bool,
+    /// Whether cuBLAS transposes its second operand (`a` as stored).
+    pub transpose_second: bool,
+    /// cuBLAS's `m`, `n` and `k`: our `n`, `m` and `k`.
+    pub m: usize,
+    /// See [`Gemm::m`].
+    pub n: usize,
+    /// See [`Gemm::m`].
+    pub k: usize,
+    /// The leading dimensions of `b`, `a` and the output as cuBLAS reads them.
+    pub ld_first: usize,
+    /// See [`Gemm::ld_first`].
+    pub ld_second: usize,
+    /// See [`Gemm::ld_first`].
+    pub ld_out: usize,
+}
+
+#[cfg(any(feature = "cuda", test))]
+impl Gemm {
+    /// The call for contiguous row-major operands stored as `a` and `b`.
+    ///
+    /// # Errors
+    /// As [`sizes`].
+    pub(crate) fn of(
+        a: [usize; 2],
+        b: [usize; 2],
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> Result<Gemm, String> {
+        let (m, k, n) = sizes(a, b, transpose_a, transpose_b)?;
+        Ok(Gemm {
+            transpose_first: transpose_b,
+            transpose_second: transpose_a,
+            m: n,
+            n: m,
+            k,
+            ld_first: if transpose_b { k } else { n },
+            ld_second: if transpose_a { m } else { k },
+            ld_out: n,
+        })
+    }
+}
+
+/// The output's spec, for fusion: `[m, n]` in `a`'s type.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn product_spec(
+    a: &burn::backend::fusion::custom::TensorSpec,
+    b: &burn::backend::fusion::custom::TensorSpec,
+    transpose_a: &bool,
+    transpose_b: &bool,
+) -> burn::backend::fusion::custom::TensorSpec {
+    let (a_dims, b_dims): ([usize; 2], [usize; 2]) = (a.shape.dims(), b.shape.dims());
+    let (m, _, n) = sizes(a_dims, b_dims, *transpose_a, *transpose_b)
+        .unwrap_or_else(|reason| panic!("{reason}"));
+    burn::backend::fusion::custom::TensorSpec::new(burn::backend::Shape::new([m, n]), a.dtype)
+}
+
+/// `op(a) · op(b)` by burn's operations: a transposition is a view, the product burn's.
+pub(crate) fn product_by_ops<B: Backend>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> FloatTensor<B> {
+    let a = if transpose_a {
+        B::float_transpose(a)
+    } else {
+        a
+    };
+    let b = if transpose_b {
+        B::float_transpose(b)
+    } else {
+        b
+    };
+    B::float_matmul(a, b)
+}
+
+/// The product as a backend operation: burn's on the CPU (the default body), on cubecl's
+/// devices cuBLAS's where chosen and possible (`products/cube.rs`), where fusion records it as
+/// one operation; the autodiff decorator's pairs it with its backward pass.
+#[backend_extension(
+    Flex,
+    Cube: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Fusion: cfg(any(feature = "cuda", feature = "cube-cpu")),
+    Autodiff
+)]
+pub trait ProductOps: Backend {
+    /// `op(a) · op(b)`, `op` transposing an operand where its flag says.
+    ///
+    /// # Shapes
+    /// - `a`: `[m, k]` (`[k, m]` transposed); `b`: `[k, n]` (`[n, k]` transposed)
+    /// - output: `[m, n]`
+    #[fusion(meta = product_spec)]
+    fn product(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> FloatTensor<Self> {
+        product_by_ops::<Self>(a, b, transpose_a, transpose_b)
+    }
+}
+
+impl ProductOps for burn::backend::Flex {}
+
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+mod cube;
+
+// The project's one module with unsafe code: foreign calls into CUDA's driver and cuBLAS.
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
+pub(crate) mod cublas;
+
+/// The backward pass of [`ProductOps::product`], for both operands.
+#[derive(Debug)]
+struct ProductBackward;
+
+impl<B: Backend + ProductOps> Backward<B, 2> for ProductBackward {
+    type State = (FloatTensor<B>, FloatTensor<B>, bool, bool);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let g = grads.consume::<B>(&ops.node);
+        let [a_node, b_node] = ops.parents;
+        let (a, b, ta, tb) = ops.state;
+        if let Some(node) = a_node {
+            // d op(a) = g · op(b)ᵀ; transposed back where `a` was.
+            let grad = if ta {
+                B::product(b, g.clone(), tb, true)
+            } else {
+                B::product(g.clone(), b, false, !tb)
+            };
+            grads.register::<B>(node.id, grad);
+        }
+        if let Some(node) = b_node {
+            // d op(b) = op(a)ᵀ · g; transposed back where `b` was.
+            let grad = if tb {
+                B::product(g, a, true, ta)
+            } else {
+                B::product(a, g, !ta, false)
+            };
+            grads.register::<B>(node.id, grad);
+        }
+    }
+}
+
+impl<B: Backend + ProductOps, C: CheckpointStrategy> ProductOps for Autodiff<B, C> {
+    fn product(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> FloatTensor<Self> {
+        let nodes = [a.node(), b.node()];
+        let (a, b) = (a.into_primitive(), b.into_primitive());
+        match ProductBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = B::product(a.clone(), b.clone(), transpose_a, transpose_b);
+                prep.finish((a, b, transpose_a, transpose_b), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::product(a, b, transpose_a, transpose_b)),
+        }
+    }
+}
+
+/// The shape of a two-dimensional primitive.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn dims2<T: burn::backend::TensorMetadata>(t: &T) -> [usize; 2] {
+    t.shape().dims()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+
+    use crate::causal_conv::tests::assert_close;
+
+    fn values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
+        x.into_data().try_to_vec::<f32>().expect("f32")
+    }
+
+    /// The output and both gradients under `sum(out ∘ r)`, of `op(a) · op(b)` made by `apply`.
+    fn run(
+        apply: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>,
+        a: &Tensor<2>,
+        b: &Tensor<2>,
+        r: &Tensor<2>,
+    ) -> [Vec<f32>; 3] {
+        let (a, b) = (a.clone().require_grad(), b.clone().require_grad());
+        let out = apply(a.clone(), b.clone());
+        let grads = (out.clone() * r.clone()).sum().backward();
+        [
+            values(out.inner()),
+            values(a.grad(&grads).expect("a tracked")),
+            values(b.grad(&grads).expect("b tracked")),
+        ]
+    }
+
+    /// A `[rows, columns]` matrix of fixed values on `device`, scrambled by `salt`.
+    fn matrix(dims: [usize; 2], salt: f32, device: &Device) -> Tensor<2> {
+        let values: Vec<f32> = (0..dims[0] * dims[1])
+            .map(|i| (i as f32 * 0.37 + salt).sin())
+            .collect();
+        Tensor::<2>::from_data(burn::tensor::TensorData::new(values, dims), device)
+    }
+
+    /// On `device`, for `op(a) · op(b)` with `a` `[5, 7]` and `b` `[7, 3]` as transposed:
+    /// the operation's output and gradients, and burn's product's.
+    fn both_ways(device: &Device, ta: bool, tb: bool) -> [[Vec<f32>; 3]; 2] {
+        let (m, k, n) = (5, 7, 3);
+        let a = matrix(if ta { [k, m] } else { [m, k] }, 0.5, device);
+        let b = matrix(if tb { [n, k] } else { [k, n] }, 1.5, device);
+        let r = matrix([m, n], 2.5, device);
+        let op = |x: Tensor<2>, t: bool| if t { x.transpose() } else { x };
+        let by_burn = run(&|a, b| op(a, ta).matmul(op(b, tb)), &a, &b, &r);
+        let by_op = |a: Tensor<2>, b: Tensor<2>| {
+            let out =
+                <Dispatch as ProductOps>::product(a.into_dispatch(), b.into_dispatch(), ta, tb);
+            Tensor::<2>::from_dispatch(out)
+        };
+        [run(&by_op, &a, &b, &r), by_burn]
+    }
+
+    /// `got` is `want`, to rounding, part by part.
+    fn assert_parts(got: &[Vec<f32>; 3], want: &[Vec<f32>; 3], what: &str) {
+        let names = ["output", "a's gradient", "b's gradient"];
+        for ((got, want), name) in got.iter().zip(want).zip(names) {
+            assert_close(got, want, &format!("{name}, {what}"));
+        }
+    }
+
+    /// For every pair of transpositions, the operation's output and gradients are burn's
+    /// product of the transposed operands' (non-square, so that a size mixed up shows).
+    #[test]
+    fn the_product_and_its_gradients_are_burns_for_every_transposition() {
+        let device = Device::flex().autodiff();
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let [by_op, by_burn] = both_ways(&device, ta, tb);
+            assert_parts(&by_op, &by_burn, &format!("transposed {ta} {tb}"));
+        }
+    }
+
+    /// On `cube-cpu` the product is one operation fusion records (its output's shape from
+    /// `product_spec`), burn's product there (the setting is cubecl's), and gives the CPU's
+    /// output and gradients for every pair of transpositions (`CARGO_TARGET_DIR=target/cuda
+    /// cargo test --release -p cwm-models --features cube-cpu --lib products`).
+    #[cfg(feature = "cube-cpu")]
+    #[test]
+    fn on_cube_cpu_the_product_is_the_cpus_for_every_transposition() {
+        let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
+        let cpu = Device::flex().autodiff();
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let [on_cube, _] = both_ways(&cube, ta, tb);
+            let [on_cpu, _] = both_ways(&cpu, ta, tb);
+            assert_parts(
+                &on_cube,
+                &on_cpu,
+                &format!("cube-cpu, transposed {ta} {tb}"),
+            );
+        }
+    }
+
+    #[test]
+    fn product_is_burns_matmul() {
+        let device = Device::flex();
+        let a = Tensor::<2>::random([4, 6], Distribution::Normal(0.0, 1.0), &device);
+        let b = Tensor::<2>::random([6, 2], Distribution::Normal(0.0, 1.0), &device);
+        let want = values(a.clone().matmul(b.clone()));
+        assert_close(&values(product(a, b)), &want, "product");
+    }
+
+    /// `g` carried out with BLAS's meaning of its arguments (column-major operands, a
+    /// transposition flag each), by loops: what cuBLAS computes for it.
+    fn column_major_gemm(g: &Gemm, first: &[f32], second: &[f32]) -> Vec<f32> {
+        let at = |data: &[f32], ld: usize, transposed: bool, i: usize, j: usize| {
+            if transposed {
+                data[j + i * ld]
+            } else {
+                data[i + j * ld]
+            }
+        };
+        let mut out = vec![0.0; g.ld_out * g.n];
+        for j in 0..g.n {
+            for i in 0..g.m {
+                out[i + j * g.ld_out] = (0..g.k)
+                    .map(|l| {
+                        at(first, g.ld_first, g.transpose_first, i, l)
+                            * at(second, g.ld_second, g.transpose_second, l, j)
+                    })
+                    .sum();
+            }
+        }
+        out
+    }
+
+    /// For every pair of transpositions, the call's arguments, carried out as BLAS defines
+    /// them on the row-major operands' memory, give `op(a) · op(b)` row by row.
+    #[test]
+    fn the_cublas_call_computes_the_row_major_product() {
+        let (m, k, n) = (5, 7, 3);
+        let at = |data: &[f32], columns: usize, r: usize, c: usize| data[r * columns + c];
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let a_dims = if ta { [k, m] } else { [m, k] };
+            let b_dims = if tb { [n, k] } else { [k, n] };
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.91).cos()).collect();
+            let op_a = |i: usize, l: usize| if ta { at(&a, m, l, i) } else { at(&a, k, i, l) };
+            let op_b = |l: usize, j: usize| if tb { at(&b, k, j, l) } else { at(&b, n, l, j) };
+            let want: Vec<f32> = (0..m * n)
+                .map(|at| (0..k).map(|l| op_a(at / n, l) * op_b(l, at % n)).sum())
+                .collect();
+            let gemm = Gemm::of(a_dims, b_dims, ta, tb).unwrap();
+            let got = column_major_gemm(&gemm, &b, &a);
+            assert_close(&got, &want, &format!("transposed {ta} {tb}: {gemm:?}"));
+        }
+        assert!(Gemm::of([2, 3], [2, 3], false, false).is_err());
+    }
+
+    #[test]
+    fn sizes_name_a_mismatch() {
+        assert_eq!(sizes([2, 3], [3, 4], false, false), Ok((2, 3, 4)));
+        assert_eq!(sizes([3, 2], [4, 3], true, true), Ok((2, 3, 4)));
+        let err = sizes([2, 3], [4, 3], false, false).unwrap_err();
+        assert!(err.contains("inner sizes 3 and 4"), "{err}");
+    }
+
+    #[test]
+    fn settings_have_names() {
+        assert_eq!("cuBLAS".parse::<Products>(), Ok(Products::Cublas));
+        assert_eq!(Products::default().to_string(), "cubecl");
+        let err = "cudnn".parse::<Products>().unwrap_err();
+        assert!(
+            err.contains("`cubecl`") && err.contains("`cublas`"),
+            "{err}"
+        );
+    }
+}

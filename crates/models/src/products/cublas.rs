@@ -1,0 +1,277 @@
+//! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
+//! through cubecl's client, `cublasSgemm` in TF32 on a stream of its own, ordered against
+//! cubecl's kernels by waiting for both queues.
+//!
+//! The library is loaded at run time (cudarc's dynamic loading): `libcublas.so` from the CUDA
+//! toolkit or PyTorch's `nvidia` packages, found through `LD_LIBRARY_PATH` or the loader's
+//! cache. [`check_library`] says so before the first step when it is missing.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::backend::Shape;
+use burn::backend::ops::FloatTensorOps;
+use burn::cubecl::cuda::CudaRuntime;
+use burn::cubecl::future::block_on;
+use burn::tensor::DType;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, CubeDevice};
+use cubecl_runtime::runtime::Runtime;
+use cudarc::cublas::result as blas;
+use cudarc::cublas::sys as blas_sys;
+use cudarc::driver::result as driver;
+use cudarc::driver::sys as driver_sys;
+
+use super::{Gemm, cublas_chosen, dims2, product_by_ops};
+
+/// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
+type CudaServer = <CudaRuntime as Runtime>::Server;
+
+/// The largest relative difference the first product may show against burn's: TF32 keeps 10
+/// bits of the operands' mantissas, about 10⁻³ relative per product term.
+const FIRST_PRODUCT_TOLERANCE: f32 = 1e-2;
+
+/// Whether the process's first cuBLAS product was compared with burn's.
+static FIRST_CHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether cuBLAS multiplies `a` and `b`: chosen for the process, both `f32` on a CUDA device,
+/// and every size within cuBLAS's 32-bit arguments and not zero.
+pub(super) fn applies(
+    a: &CubeTensor,
+    b: &CubeTensor,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> bool {
+    let on_cuda = matches!(a.device, CubeDevice::Cuda(_)) && a.device == b.device;
+    let fits = |gemm: Gemm| {
+        [gemm.m, gemm.n, gemm.k]
+            .iter()
+            .all(|&s| s > 0 && i32::try_from(s).is_ok())
+            && i32::try_from(gemm.m * gemm.n).is_ok()
+    };
+    cublas_chosen()
+        && on_cuda
+        && a.dtype == DType::F32
+        && b.dtype == DType::F32
+        && Gemm::of(dims2(a), dims2(b), transpose_a, transpose_b).is_ok_and(fits)
+}
+
+/// Whether cuBLAS's library can be loaded, else a message saying where it was looked for.
+///
+/// # Errors
+/// The library is not found under any of the names cudarc tries.
+pub(crate) fn check_library() -> Result<(), String> {
+    // SAFETY: loading a shared library runs its initialisers; cuBLAS's are NVIDIA's own.
+    if unsafe { blas_sys::is_culib_present() } {
+        return Ok(());
+    }
+    Err(format!(
+        "CWM_PRODUCTS=cublas: cuBLAS's library (libcublas.so) is not found (looked for {:?} \
+         in LD_LIBRARY_PATH and the loader's cache); add the folder holding it (the CUDA \
+         toolkit's lib64, or the `nvidia/cu*/lib` of PyTorch's packages) to LD_LIBRARY_PATH, or \
+         leave the products to cubecl",
+        cudarc::get_lib_name_candidates("cublas")
+    ))
+}
+
+/// `op(a) · op(b)` by cuBLAS (see [`applies`]); the process's first is checked against burn's.
+///
+/// # Panics
+/// cuBLAS or cubecl fails, or the first product differs from burn's beyond
+/// [`FIRST_PRODUCT_TOLERANCE`]: a backend operation has no error to return.
+pub(super) fn product(
+    a: CubeTensor,
+    b: CubeTensor,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> CubeTensor {
+    let (a, b) = (into_contiguous(a), into_contiguous(b));
+    let (a_dims, b_dims) = (dims2(&a), dims2(&b));
+    let described =
+        || format!("cuBLAS's product of {a_dims:?} ({transpose_a}) by {b_dims:?} ({transpose_b})");
+    let gemm = Gemm::of(a_dims, b_dims, transpose_a, transpose_b)
+        .unwrap_or_else(|reason| panic!("{}: {reason}", described()));
+    let out = empty_device_contiguous_dtype(
+        a.client.clone(),
+        a.device.clone(),
+        Shape::new([gemm.n, gemm.m]),
+        DType::F32,
+    );
+    if let Err(reason) = run(&a, &b, &out, &gemm) {
+        panic!("{}: {reason}", described());
+    }
+    if !FIRST_CHECKED.swap(true, Ordering::Relaxed) {
+        let want = product_by_ops::<CubeBackend>(a, b, transpose_a, transpose_b);
+        if let Err(reason) = compare(out.clone(), want) {
+            panic!("{} differs from burn's: {reason}", described());
+        }
+    }
+    out
+}
+
+/// The largest difference between `got` and `want` relative to `want`'s largest magnitude.
+///
+/// # Errors
+/// A read-back fails, or the difference is beyond [`FIRST_PRODUCT_TOLERANCE`].
+fn compare(got: CubeTensor, want: CubeTensor) -> Result<(), String> {
+    let read = |t: CubeTensor| -> Result<Vec<f32>, String> {
+        let data = block_on(CubeBackend::float_into_data(t)).map_err(|e| format!("{e:?}"))?;
+        data.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))
+    };
+    let (got, want) = (read(got)?, read(want)?);
+    let scale = want
+        .iter()
+        .fold(0.0f32, |m, w| m.max(w.abs()))
+        .max(f32::MIN_POSITIVE);
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs() / scale)
+        .fold(
+            0.0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        );
+    if worst <= FIRST_PRODUCT_TOLERANCE {
+        Ok(())
+    } else {
+        Err(format!(
+            "a largest difference of {worst:e} of the largest value (at most \
+             {FIRST_PRODUCT_TOLERANCE:e})"
+        ))
+    }
+}
+
+/// The thread's cuBLAS handle, on a stream of its own, for one CUDA device.
+struct Blas {
+    index: usize,
+    context: driver_sys::CUcontext,
+    stream: driver_sys::CUstream,
+    handle: blas_sys::cublasHandle_t,
+}
+
+thread_local! {
+    /// The handle this thread multiplies with, made at its first product.
+    static BLAS: RefCell<Option<Blas>> = const { RefCell::new(None) };
+}
+
+impl Blas {
+    /// A handle for device `index` in TF32, on a new non-blocking stream of the device's
+    /// primary context (the one cubecl's CUDA runtime works in).
+    fn new(index: usize) -> Result<Blas, String> {
+        let ordinal = i32::try_from(index).map_err(|_| format!("device index {index}"))?;
+        let device = driver::device::get(ordinal).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
+        // SAFETY: `device` is a valid device; the context is retained for the thread's life.
+        let context = unsafe { driver::primary_ctx::retain(device) }
+            .map_err(|e| format!("cuDevicePrimaryCtxRetain: {e:?}"))?;
+        // SAFETY: `context` was just retained.
+        unsafe { driver::ctx::set_current(context) }
+            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        let stream = driver::stream::create(driver::stream::StreamKind::NonBlocking)
+            .map_err(|e| format!("cuStreamCreate: {e:?}"))?;
+        let handle = blas::create_handle().map_err(|e| format!("cublasCreate: {e:?}"))?;
+        let blas = Blas {
+            index,
+            context,
+            stream,
+            handle,
+        };
+        // SAFETY: the handle and the stream were just made, in the current context.
+        unsafe {
+            blas::set_stream(handle, stream.cast())
+                .map_err(|e| format!("cublasSetStream: {e:?}"))?;
+            blas_sys::cublasSetMathMode(handle, blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH)
+                .result()
+                .map_err(|e| format!("cublasSetMathMode: {e:?}"))?;
+        }
+        Ok(blas)
+    }
+
+    /// `gemm` on `b`, `a` and `c`'s device addresses, waited for.
+    ///
+    /// # Safety
+    /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes, on this handle's device,
+    /// written already and kept alive until this returns.
+    unsafe fn sgemm(&self, gemm: &Gemm, b: u64, a: u64, c: u64) -> Result<(), String> {
+        let op = |transposed| {
+            if transposed {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let int = |v: usize| i32::try_from(v).map_err(|_| format!("{v} is beyond cuBLAS's int"));
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: as the caller promises; `alpha` and `beta` live through the call.
+        unsafe {
+            driver::ctx::set_current(self.context)
+                .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+            blas::sgemm(
+                self.handle,
+                op(gemm.transpose_first),
+                op(gemm.transpose_second),
+                int(gemm.m)?,
+                int(gemm.n)?,
+                int(gemm.k)?,
+                &alpha,
+                b as *const f32,
+                int(gemm.ld_first)?,
+                a as *const f32,
+                int(gemm.ld_second)?,
+                &beta,
+                c as *mut f32,
+                int(gemm.ld_out)?,
+            )
+            .map_err(|e| format!("cublasSgemm: {e:?}"))?;
+            driver::stream::synchronize(self.stream)
+                .map_err(|e| format!("cuStreamSynchronize: {e:?}"))
+        }
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: made by `Blas::new` and used by nothing else; failures (a context already
+        // torn down at exit) leave nothing to do.
+        unsafe {
+            let _ = blas::destroy_handle(self.handle);
+            let _ = driver::stream::destroy(self.stream);
+        }
+    }
+}
+
+/// `gemm` on the buffers of `a`, `b` and `out`, after cubecl's queue has drained (so both
+/// operands are written) and waited for (so cubecl's next kernels read the output).
+fn run(a: &CubeTensor, b: &CubeTensor, out: &CubeTensor, gemm: &Gemm) -> Result<(), String> {
+    let CubeDevice::Cuda(device) = &a.device else {
+        return Err(format!("{:?} is not a CUDA device", a.device));
+    };
+    let client = &a.client;
+    let resource = |t: &CubeTensor| {
+        client
+            .get_resource::<CudaServer>(t.handle.clone())
+            .map_err(|e| format!("the buffer's device address: {e:?}"))
+    };
+    // Held until the product is done: a held buffer is neither freed nor moved.
+    let (a_res, b_res, out_res) = (resource(a)?, resource(b)?, resource(out)?);
+    block_on(client.sync()).map_err(|e| format!("waiting for cubecl's kernels: {e:?}"))?;
+    BLAS.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|blas| blas.index != device.index) {
+            *slot = Some(Blas::new(device.index)?);
+        }
+        let blas = slot.as_ref().expect("made above");
+        // SAFETY: the three buffers are contiguous `f32` matrices of `gemm`'s sizes
+        // (`Gemm::of` on their shapes), on the handle's device, written (cubecl's queue has
+        // drained) and held until `sgemm` has waited for the product.
+        unsafe {
+            blas.sgemm(
+                gemm,
+                b_res.resource().ptr,
+                a_res.resource().ptr,
+                out_res.resource().ptr,
+            )
+        }
+    })
+}
