@@ -263,7 +263,7 @@ pub(crate) mod tests {
         out
     }
 
-    fn values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
+    pub(crate) fn values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
         x.into_data().try_to_vec::<f32>().expect("f32")
     }
 

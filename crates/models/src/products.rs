@@ -28,8 +28,9 @@
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
 //! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` (refused elsewhere) |
 //!
-//! A process's first cuBLAS product is also computed by burn and the two compared; a
-//! difference beyond TF32's rounding stops the process, naming the shape.
+//! A process's first cuBLAS product of each kind (forward, and the backward pass's two) is also
+//! computed by burn and the two compared; a difference beyond TF32's rounding stops the
+//! process, naming the shapes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -307,11 +308,7 @@ mod tests {
     use super::*;
     use burn::tensor::Distribution;
 
-    use crate::causal_conv::tests::assert_close;
-
-    fn values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
-        x.into_data().try_to_vec::<f32>().expect("f32")
-    }
+    use crate::causal_conv::tests::{assert_close, values};
 
     /// The output and both gradients under `sum(out ∘ r)`, of `op(a) · op(b)` made by `apply`.
     fn run(

@@ -7,7 +7,7 @@
 //! cache. [`check_library`] says so before the first step when it is missing.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use burn::backend::Shape;
 use burn::backend::ops::FloatTensorOps;
@@ -29,12 +29,13 @@ use super::{Gemm, cublas_chosen, dims2, product_by_ops};
 /// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
 type CudaServer = <CudaRuntime as Runtime>::Server;
 
-/// The largest relative difference the first product may show against burn's: TF32 keeps 10
+/// The largest relative difference a checked product may show against burn's: TF32 keeps 10
 /// bits of the operands' mantissas, about 10⁻³ relative per product term.
-const FIRST_PRODUCT_TOLERANCE: f32 = 1e-2;
+const CHECK_TOLERANCE: f32 = 1e-2;
 
-/// Whether the process's first cuBLAS product was compared with burn's.
-static FIRST_CHECKED: AtomicBool = AtomicBool::new(false);
+/// Which pairs of transpositions (bit `2 · transpose_a + transpose_b`) had their first cuBLAS
+/// product of the process compared with burn's.
+static CHECKED: AtomicU8 = AtomicU8::new(0);
 
 /// Whether cuBLAS multiplies `a` and `b`: chosen for the process, both `f32` on a CUDA device,
 /// and every size within cuBLAS's 32-bit arguments and not zero.
@@ -76,11 +77,13 @@ pub(crate) fn check_library() -> Result<(), String> {
     ))
 }
 
-/// `op(a) · op(b)` by cuBLAS (see [`applies`]); the process's first is checked against burn's.
+/// `op(a) · op(b)` by cuBLAS (see [`applies`]); the process's first for each pair of
+/// transpositions (a `Linear`'s forward product, and its backward pass's two kinds) is checked
+/// against burn's.
 ///
 /// # Panics
-/// cuBLAS or cubecl fails, or the first product differs from burn's beyond
-/// [`FIRST_PRODUCT_TOLERANCE`]: a backend operation has no error to return.
+/// cuBLAS or cubecl fails, or a checked product differs from burn's beyond
+/// [`CHECK_TOLERANCE`]: a backend operation has no error to return.
 pub(super) fn product(
     a: CubeTensor,
     b: CubeTensor,
@@ -102,7 +105,8 @@ pub(super) fn product(
     if let Err(reason) = run(&a, &b, &out, &gemm) {
         panic!("{}: {reason}", described());
     }
-    if !FIRST_CHECKED.swap(true, Ordering::Relaxed) {
+    let pair = 1u8 << (2 * u8::from(transpose_a) + u8::from(transpose_b));
+    if CHECKED.fetch_or(pair, Ordering::Relaxed) & pair == 0 {
         let want = product_by_ops::<CubeBackend>(a, b, transpose_a, transpose_b);
         if let Err(reason) = compare(out.clone(), want) {
             panic!("{} differs from burn's: {reason}", described());
@@ -114,7 +118,7 @@ pub(super) fn product(
 /// The largest difference between `got` and `want` relative to `want`'s largest magnitude.
 ///
 /// # Errors
-/// A read-back fails, or the difference is beyond [`FIRST_PRODUCT_TOLERANCE`].
+/// A read-back fails, or the difference is beyond [`CHECK_TOLERANCE`].
 fn compare(got: CubeTensor, want: CubeTensor) -> Result<(), String> {
     let read = |t: CubeTensor| -> Result<Vec<f32>, String> {
         let data = block_on(CubeBackend::float_into_data(t)).map_err(|e| format!("{e:?}"))?;
@@ -133,12 +137,12 @@ fn compare(got: CubeTensor, want: CubeTensor) -> Result<(), String> {
             0.0f32,
             |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
         );
-    if worst <= FIRST_PRODUCT_TOLERANCE {
+    if worst <= CHECK_TOLERANCE {
         Ok(())
     } else {
         Err(format!(
             "a largest difference of {worst:e} of the largest value (at most \
-             {FIRST_PRODUCT_TOLERANCE:e})"
+             {CHECK_TOLERANCE:e})"
         ))
     }
 }
