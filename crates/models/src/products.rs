@@ -26,7 +26,11 @@
 //! | value | products |
 //! |---|---|
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
-//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` (refused elsewhere) |
+//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` |
+//!
+//! `cube-cpu` refuses `cublas` when its device is made, and `cwm model bench --products cublas`
+//! on any device but `cuda`; the CPU (`flex`) never reads the variable, as with cwm's other
+//! settings of cubecl's devices.
 //!
 //! A process's first cuBLAS product of each kind (forward, and the backward pass's two) is also
 //! computed by burn and the two compared; a difference beyond TF32's rounding stops the
