@@ -32,6 +32,7 @@ use crate::column_sums::sum_rows;
 use crate::error::ModelError;
 use crate::head::{HEAD_OUT, N_LABELS, label_classes};
 use crate::loss::StateLoss;
+use crate::products::product_of;
 use crate::reduce::sum_all;
 
 /// Steps (rows of 1,878 logits) per parallel task.
@@ -180,7 +181,7 @@ pub(crate) fn fused_state_loss(
 /// # Shapes
 /// - `x`: `[steps, d]`, untracked; output: `[steps, 1878]`, untracked
 pub(crate) fn untracked_logits(x: Tensor<2>, head: &Linear) -> Tensor<2> {
-    let z = x.matmul(head.weight.val().inner());
+    let z = product_of(x, head.weight.val().inner(), false, false);
     match &head.bias {
         Some(b) => z + b.val().inner().reshape([1, HEAD_OUT]),
         None => z,
@@ -202,8 +203,8 @@ impl HeadGradients {
     /// `w` (`[d, n]`) and their input `x` (`[steps, d]`).
     pub(crate) fn of(x: Tensor<2>, w: Tensor<2>, g: Tensor<2>) -> HeadGradients {
         HeadGradients {
-            x: g.clone().matmul(w.transpose()),
-            weight: x.transpose().matmul(g.clone()),
+            x: product_of(g.clone(), w, false, true),
+            weight: product_of(x, g.clone(), true, false),
             bias: sum_rows(g),
         }
     }

@@ -15,6 +15,7 @@ use burn::tensor::FloatDType;
 use crate::column_sums::add_row;
 use crate::config::Precision;
 use crate::head::LABEL_GROUPS;
+use crate::products::product_of;
 use crate::split::split;
 
 /// `linear.forward(x)` in `precision`: for [`Precision::Bf16`] the input, weight and bias are
@@ -98,7 +99,7 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// the folded rows the weight's gradient is one product over all `batch · seq` rows, and the
 /// bias's one column sum, in two stages on cubecl's devices ([`crate::column_sums`]; the
 /// bias is added as burn's `linear` adds it, after the product). With `CWM_PRODUCTS=cublas`
-/// an `f32` product is [`crate::products::product`] (cuBLAS's on `cuda`).
+/// an `f32` product is cuBLAS's on `cuda` ([`crate::products::product_of`]).
 fn product<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
@@ -112,10 +113,9 @@ fn product<const D: usize>(
         Precision::F32 => (rows, weight, bias),
         Precision::Bf16 => (to_bf16(rows), to_bf16(weight), bias.map(to_bf16)),
     };
-    let mut y = if precision == Precision::F32 && crate::products::cublas_chosen() {
-        crate::products::product(rows, weight)
-    } else {
-        rows.matmul(weight)
+    let mut y = match precision {
+        Precision::F32 => product_of(rows, weight, false, false),
+        Precision::Bf16 => rows.matmul(weight),
     };
     if let Some(bias) = bias {
         y = add_row(y, bias);

@@ -6,7 +6,8 @@
 //! 7 × 10¹³ operations/s (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32
 //! tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
 //! products alone come to about the reference's whole step. [`product`] is `op(a) · op(b)`
-//! (`op` a transposition or none) as one differentiable operation: on CUDA with
+//! (`op` a transposition or none) as one differentiable operation, and [`product_of`] the
+//! choice between it and burn's product: on CUDA with
 //! [`Products::Cublas`] by `cublasSgemm` in TF32 (`products/cublas.rs`), elsewhere by
 //! burn's product of the (transposed) operands. Its backward pass is two such products
 //! (with `g` the output's gradient):
@@ -89,14 +90,26 @@ pub(crate) fn cublas_chosen() -> bool {
     PRODUCTS.chosen() == Some(Products::Cublas)
 }
 
-/// `a · b` as [`ProductOps::product`] (the module docs): what `mixed::product` multiplies a
-/// `Linear`'s rows by its weight with when [`Products::Cublas`] is chosen.
+/// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where
+/// [`Products::Cublas`] is chosen (the transpositions passed to cuBLAS, no copy made), else
+/// burn's product of the (transposed) operands: how `mixed::product` multiplies an `f32`
+/// `Linear`'s rows by its weight, and the fused losses their head's.
 ///
 /// # Shapes
-/// - `a`: `[m, k]`; `b`: `[k, n]`; output: `[m, n]`
-pub fn product(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
-    let out = <Dispatch as ProductOps>::product(a.into_dispatch(), b.into_dispatch(), false, false);
-    Tensor::<2>::from_dispatch(out)
+/// - as [`ProductOps::product`]
+pub fn product_of(a: Tensor<2>, b: Tensor<2>, transpose_a: bool, transpose_b: bool) -> Tensor<2> {
+    if !cublas_chosen() {
+        let a = if transpose_a { a.transpose() } else { a };
+        let b = if transpose_b { b.transpose() } else { b };
+        return a.matmul(b);
+    }
+    let (a, b) = (a.into_dispatch(), b.into_dispatch());
+    Tensor::<2>::from_dispatch(<Dispatch as ProductOps>::product(
+        a,
+        b,
+        transpose_a,
+        transpose_b,
+    ))
 }
 
 /// The sizes `(m, k, n)` of `op(a) · op(b)` for operands stored as `a` and `b` (row-major
@@ -395,13 +408,15 @@ mod tests {
         }
     }
 
+    /// With burn's products chosen (the CPU never reads the setting), `product_of` is burn's
+    /// product of the transposed operands, to the bit.
     #[test]
-    fn product_is_burns_matmul() {
+    fn product_of_is_burns_product_without_cublas() {
         let device = Device::flex();
-        let a = Tensor::<2>::random([4, 6], Distribution::Normal(0.0, 1.0), &device);
-        let b = Tensor::<2>::random([6, 2], Distribution::Normal(0.0, 1.0), &device);
-        let want = values(a.clone().matmul(b.clone()));
-        assert_close(&values(product(a, b)), &want, "product");
+        let a = Tensor::<2>::random([6, 4], Distribution::Normal(0.0, 1.0), &device);
+        let b = Tensor::<2>::random([2, 6], Distribution::Normal(0.0, 1.0), &device);
+        let want = values(a.clone().transpose().matmul(b.clone().transpose()));
+        assert_eq!(values(product_of(a, b, true, true)), want);
     }
 
     /// `g` carried out with BLAS's meaning of its arguments (column-major operands, a
