@@ -18,8 +18,10 @@
 //!
 //! cubecl does not hand out the CUDA stream its kernels run on, so the cuBLAS product is
 //! ordered against them by waiting: cubecl's queue is drained before the product and the
-//! product's own stream after it (two host waits per product, three products per `Linear` a
-//! step). What the products gain must outweigh those waits; only a GPU can say whether they do.
+//! product's own stream after it. A `Linear`'s forward product takes one such pair of host
+//! waits a step, its backward pass's two products another ([`ProductOps::product_backward`],
+//! one operation). What the products gain must outweigh those waits; only a GPU can say
+//! whether they do.
 //!
 //! The environment variable `CWM_PRODUCTS` chooses, for the whole process, when its first
 //! cubecl device is made (`cwm model bench --products` for one run):
@@ -47,7 +49,7 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::backend::{AutodiffBackend, Backend, Dispatch, backend_extension};
 use burn::prelude::*;
 
 use crate::env_setting::ProcessSetting;
@@ -247,6 +249,50 @@ pub trait ProductOps: Backend {
     ) -> FloatTensor<Self> {
         product_by_ops::<Self>(a, b, transpose_a, transpose_b)
     }
+
+    /// The gradients of `a` and `b` as stored, from the output's, `g` (the module docs): two
+    /// products, in one operation so that cuBLAS's run under one wait.
+    ///
+    /// # Shapes
+    /// - `a`, `b`: as [`ProductOps::product`]; `g`: `[m, n]`
+    /// - output: `a`'s shape and `b`'s
+    #[fusion(meta = |a, b, _g, _ta, _tb| (a.clone(), b.clone()))]
+    fn product_backward(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [(x, y, tx, ty), (u, v, tu, tv)] = gradient_products(a, b, g, transpose_a, transpose_b);
+        (
+            product_by_ops::<Self>(x, y, tx, ty),
+            product_by_ops::<Self>(u, v, tu, tv),
+        )
+    }
+}
+
+/// The two products (operands and transpositions) that give `a`'s and `b`'s gradients, as
+/// stored, from `g`, the gradient of `op(a) · op(b)`: `d op(a) = g · op(b)ᵀ` and
+/// `d op(b) = op(a)ᵀ · g`, each transposed back where its operand was.
+pub(crate) fn gradient_products<T: Clone>(
+    a: T,
+    b: T,
+    g: T,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> [(T, T, bool, bool); 2] {
+    let grad_a = if transpose_a {
+        (b.clone(), g.clone(), transpose_b, true)
+    } else {
+        (g.clone(), b, false, !transpose_b)
+    };
+    let grad_b = if transpose_b {
+        (g, a, true, transpose_a)
+    } else {
+        (a, g, !transpose_a, false)
+    };
+    [grad_a, grad_b]
 }
 
 impl ProductOps for burn::backend::Flex {}
@@ -268,25 +314,22 @@ impl<B: Backend + ProductOps> Backward<B, 2> for ProductBackward {
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let g = grads.consume::<B>(&ops.node);
-        let [a_node, b_node] = ops.parents;
         let (a, b, ta, tb) = ops.state;
-        if let Some(node) = a_node {
-            // d op(a) = g · op(b)ᵀ; transposed back where `a` was.
-            let grad = if ta {
-                B::product(b, g.clone(), tb, true)
-            } else {
-                B::product(g.clone(), b, false, !tb)
-            };
-            grads.register::<B>(node.id, grad);
-        }
-        if let Some(node) = b_node {
-            // d op(b) = op(a)ᵀ · g; transposed back where `b` was.
-            let grad = if tb {
-                B::product(g, a, true, ta)
-            } else {
-                B::product(a, g, !ta, false)
-            };
-            grads.register::<B>(node.id, grad);
+        match ops.parents {
+            [Some(a_node), Some(b_node)] => {
+                let (grad_a, grad_b) = B::product_backward(a, b, g, ta, tb);
+                grads.register::<B>(a_node.id, grad_a);
+                grads.register::<B>(b_node.id, grad_b);
+            }
+            [Some(a_node), None] => {
+                let [(x, y, tx, ty), _] = gradient_products(a, b, g, ta, tb);
+                grads.register::<B>(a_node.id, B::product(x, y, tx, ty));
+            }
+            [None, Some(b_node)] => {
+                let [_, (x, y, tx, ty)] = gradient_products(a, b, g, ta, tb);
+                grads.register::<B>(b_node.id, B::product(x, y, tx, ty));
+            }
+            [None, None] => {}
         }
     }
 }
@@ -311,6 +354,26 @@ impl<B: Backend + ProductOps, C: CheckpointStrategy> ProductOps for Autodiff<B, 
             }
             OpsKind::UnTracked(prep) => prep.finish(B::product(a, b, transpose_a, transpose_b)),
         }
+    }
+
+    fn product_backward(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (grad_a, grad_b) = B::product_backward(
+            a.into_primitive(),
+            b.into_primitive(),
+            g.into_primitive(),
+            transpose_a,
+            transpose_b,
+        );
+        (
+            <Self as AutodiffBackend>::from_inner(grad_a),
+            <Self as AutodiffBackend>::from_inner(grad_b),
+        )
     }
 }
 
@@ -385,6 +448,44 @@ mod tests {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let [by_op, by_burn] = both_ways(&device, ta, tb);
             assert_parts(&by_op, &by_burn, &format!("transposed {ta} {tb}"));
+        }
+    }
+
+    /// With one operand tracked, its gradient alone is computed (one product), and it is
+    /// burn's, for every pair of transpositions.
+    #[test]
+    fn one_tracked_operand_gets_burns_gradient() {
+        let device = Device::flex().autodiff();
+        let (m, k, n) = (5, 7, 3);
+        let r = matrix([m, n], 2.5, &device);
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let a = matrix(if ta { [k, m] } else { [m, k] }, 0.5, &device);
+            let b = matrix(if tb { [n, k] } else { [k, n] }, 1.5, &device);
+            let op = |x: Tensor<2>, t: bool| if t { x.transpose() } else { x };
+            for track_a in [true, false] {
+                let grad_of = |by_op: bool| {
+                    let (a, b) = if track_a {
+                        (a.clone().require_grad(), b.clone())
+                    } else {
+                        (a.clone(), b.clone().require_grad())
+                    };
+                    let out = if by_op {
+                        Tensor::<2>::from_dispatch(<Dispatch as ProductOps>::product(
+                            a.clone().into_dispatch(),
+                            b.clone().into_dispatch(),
+                            ta,
+                            tb,
+                        ))
+                    } else {
+                        op(a.clone(), ta).matmul(op(b.clone(), tb))
+                    };
+                    let grads = (out * r.clone()).sum().backward();
+                    let tracked = if track_a { a } else { b };
+                    values(tracked.grad(&grads).expect("tracked"))
+                };
+                let what = format!("transposed {ta} {tb}, a tracked: {track_a}");
+                assert_close(&grad_of(true), &grad_of(false), &what);
+            }
         }
     }
 

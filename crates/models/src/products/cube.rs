@@ -4,16 +4,37 @@
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::{ProductOps, product_by_ops};
+use super::{ProductOps, gradient_products, product_by_ops};
 
 // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
-// implementation records the product as one operation.
+// implementation records each method as one operation.
 impl ProductOps for CubeBackend {
     fn product(a: CubeTensor, b: CubeTensor, transpose_a: bool, transpose_b: bool) -> CubeTensor {
         #[cfg(feature = "cuda")]
         if super::cublas::applies(&a, &b, transpose_a, transpose_b) {
-            return super::cublas::product(a, b, transpose_a, transpose_b);
+            let [out] = super::cublas::products([(a, b, transpose_a, transpose_b)]);
+            return out;
         }
         product_by_ops::<CubeBackend>(a, b, transpose_a, transpose_b)
+    }
+
+    fn product_backward(
+        a: CubeTensor,
+        b: CubeTensor,
+        g: CubeTensor,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> (CubeTensor, CubeTensor) {
+        let [first, second] = gradient_products(a, b, g, transpose_a, transpose_b);
+        #[cfg(feature = "cuda")]
+        if [&first, &second]
+            .iter()
+            .all(|(x, y, tx, ty)| super::cublas::applies(x, y, *tx, *ty))
+        {
+            let [grad_a, grad_b] = super::cublas::products([first, second]);
+            return (grad_a, grad_b);
+        }
+        let by_ops = |(x, y, tx, ty)| product_by_ops::<CubeBackend>(x, y, tx, ty);
+        (by_ops(first), by_ops(second))
     }
 }

@@ -77,42 +77,77 @@ pub(crate) fn check_library() -> Result<(), String> {
     ))
 }
 
-/// `op(a) · op(b)` by cuBLAS (see [`applies`]); the process's first for each pair of
-/// transpositions (a `Linear`'s forward product, and its backward pass's two kinds) is checked
-/// against burn's.
+/// One product's operands (contiguous), its transpositions, the call and the output.
+struct Job {
+    a: CubeTensor,
+    b: CubeTensor,
+    transposes: (bool, bool),
+    gemm: Gemm,
+    out: CubeTensor,
+}
+
+impl Job {
+    fn describe(&self) -> String {
+        let (ta, tb) = self.transposes;
+        format!(
+            "cuBLAS's product of {:?} ({ta}) by {:?} ({tb})",
+            dims2(&self.a),
+            dims2(&self.b)
+        )
+    }
+}
+
+/// `op(a) · op(b)` for each of `operands` (`a`, `b`, `transpose_a`, `transpose_b`; each as
+/// [`applies`] allows) by cuBLAS, under one wait for cubecl's queue before them and one for
+/// their stream after them; the process's first product of each pair of transpositions (a
+/// `Linear`'s forward product, and its backward pass's two kinds) is checked against burn's.
 ///
 /// # Panics
 /// cuBLAS or cubecl fails, or a checked product differs from burn's beyond
 /// [`CHECK_TOLERANCE`]: a backend operation has no error to return.
-pub(super) fn product(
-    a: CubeTensor,
-    b: CubeTensor,
-    transpose_a: bool,
-    transpose_b: bool,
-) -> CubeTensor {
-    let (a, b) = (into_contiguous(a), into_contiguous(b));
-    let (a_dims, b_dims) = (dims2(&a), dims2(&b));
-    let described =
-        || format!("cuBLAS's product of {a_dims:?} ({transpose_a}) by {b_dims:?} ({transpose_b})");
-    let gemm = Gemm::of(a_dims, b_dims, transpose_a, transpose_b)
-        .unwrap_or_else(|reason| panic!("{}: {reason}", described()));
-    let out = empty_device_contiguous_dtype(
-        a.client.clone(),
-        a.device.clone(),
-        Shape::new([gemm.n, gemm.m]),
-        DType::F32,
-    );
-    if let Err(reason) = run(&a, &b, &out, &gemm) {
-        panic!("{}: {reason}", described());
-    }
-    let pair = 1u8 << (2 * u8::from(transpose_a) + u8::from(transpose_b));
-    if CHECKED.fetch_or(pair, Ordering::Relaxed) & pair == 0 {
-        let want = product_by_ops::<CubeBackend>(a, b, transpose_a, transpose_b);
-        if let Err(reason) = compare(out.clone(), want) {
-            panic!("{} differs from burn's: {reason}", described());
+pub(super) fn products<const N: usize>(
+    operands: [(CubeTensor, CubeTensor, bool, bool); N],
+) -> [CubeTensor; N] {
+    let jobs = operands.map(|(a, b, ta, tb)| {
+        let (a, b) = (into_contiguous(a), into_contiguous(b));
+        let gemm = Gemm::of(dims2(&a), dims2(&b), ta, tb)
+            .unwrap_or_else(|reason| panic!("cuBLAS's product: {reason}"));
+        let out = empty_device_contiguous_dtype(
+            a.client.clone(),
+            a.device.clone(),
+            Shape::new([gemm.n, gemm.m]),
+            DType::F32,
+        );
+        Job {
+            a,
+            b,
+            transposes: (ta, tb),
+            gemm,
+            out,
         }
+    });
+    if let Err(reason) = run(&jobs) {
+        let all: Vec<String> = jobs.iter().map(Job::describe).collect();
+        panic!("{}: {reason}", all.join(", "));
     }
-    out
+    jobs.map(|job| {
+        check_first(&job);
+        job.out
+    })
+}
+
+/// `job`'s output against burn's product of its operands, if it is the process's first of its
+/// pair of transpositions.
+fn check_first(job: &Job) {
+    let (ta, tb) = job.transposes;
+    let pair = 1u8 << (2 * u8::from(ta) + u8::from(tb));
+    if CHECKED.fetch_or(pair, Ordering::Relaxed) & pair != 0 {
+        return;
+    }
+    let want = product_by_ops::<CubeBackend>(job.a.clone(), job.b.clone(), ta, tb);
+    if let Err(reason) = compare(job.out.clone(), want) {
+        panic!("{} differs from burn's: {reason}", job.describe());
+    }
 }
 
 /// The largest difference between `got` and `want` relative to `want`'s largest magnitude.
@@ -192,11 +227,11 @@ impl Blas {
         Ok(blas)
     }
 
-    /// `gemm` on `b`, `a` and `c`'s device addresses, waited for.
+    /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream.
     ///
     /// # Safety
     /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes, on this handle's device,
-    /// written already and kept alive until this returns.
+    /// written already and kept alive until [`Blas::wait`] has returned.
     unsafe fn sgemm(&self, gemm: &Gemm, b: u64, a: u64, c: u64) -> Result<(), String> {
         let op = |transposed| {
             if transposed {
@@ -227,10 +262,15 @@ impl Blas {
                 c as *mut f32,
                 int(gemm.ld_out)?,
             )
-            .map_err(|e| format!("cublasSgemm: {e:?}"))?;
-            driver::stream::synchronize(self.stream)
-                .map_err(|e| format!("cuStreamSynchronize: {e:?}"))
+            .map_err(|e| format!("cublasSgemm: {e:?}"))
         }
+    }
+
+    /// Waits until every product queued on the handle's stream is done.
+    fn wait(&self) -> Result<(), String> {
+        // SAFETY: the stream was made by `Blas::new` and is destroyed only with the handle.
+        unsafe { driver::stream::synchronize(self.stream) }
+            .map_err(|e| format!("cuStreamSynchronize: {e:?}"))
     }
 }
 
@@ -245,20 +285,29 @@ impl Drop for Blas {
     }
 }
 
-/// `gemm` on the buffers of `a`, `b` and `out`, after cubecl's queue has drained (so both
-/// operands are written) and waited for (so cubecl's next kernels read the output).
-fn run(a: &CubeTensor, b: &CubeTensor, out: &CubeTensor, gemm: &Gemm) -> Result<(), String> {
-    let CubeDevice::Cuda(device) = &a.device else {
-        return Err(format!("{:?} is not a CUDA device", a.device));
+/// Each job's call on the buffers of its operands and output, after cubecl's queue has drained
+/// (so the operands are written), then waited for (so cubecl's next kernels read the outputs).
+fn run(jobs: &[Job]) -> Result<(), String> {
+    let Some(first) = jobs.first() else {
+        return Ok(());
     };
-    let client = &a.client;
+    let CubeDevice::Cuda(device) = &first.a.device else {
+        return Err(format!("{:?} is not a CUDA device", first.a.device));
+    };
+    if jobs.iter().any(|job| job.a.device != first.a.device) {
+        return Err("operands on more than one device".to_string());
+    }
+    let client = &first.a.client;
     let resource = |t: &CubeTensor| {
         client
             .get_resource::<CudaServer>(t.handle.clone())
             .map_err(|e| format!("the buffer's device address: {e:?}"))
     };
-    // Held until the product is done: a held buffer is neither freed nor moved.
-    let (a_res, b_res, out_res) = (resource(a)?, resource(b)?, resource(out)?);
+    // Held until the products are done: a held buffer is neither freed nor moved.
+    let mut held = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        held.push([resource(&job.b)?, resource(&job.a)?, resource(&job.out)?]);
+    }
     block_on(client.sync()).map_err(|e| format!("waiting for cubecl's kernels: {e:?}"))?;
     BLAS.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -266,16 +315,14 @@ fn run(a: &CubeTensor, b: &CubeTensor, out: &CubeTensor, gemm: &Gemm) -> Result<
             *slot = Some(Blas::new(device.index)?);
         }
         let blas = slot.as_ref().expect("made above");
-        // SAFETY: the three buffers are contiguous `f32` matrices of `gemm`'s sizes
-        // (`Gemm::of` on their shapes), on the handle's device, written (cubecl's queue has
-        // drained) and held until `sgemm` has waited for the product.
-        unsafe {
-            blas.sgemm(
-                gemm,
-                b_res.resource().ptr,
-                a_res.resource().ptr,
-                out_res.resource().ptr,
-            )
+        for (job, [b, a, out]) in jobs.iter().zip(&held) {
+            let (b, a, out) = (b.resource().ptr, a.resource().ptr, out.resource().ptr);
+            // SAFETY: the three buffers are contiguous `f32` matrices of the call's sizes
+            // (`Gemm::of` on their shapes), on the handle's device (one device for all jobs:
+            // the backward pass's operands), written (cubecl's queue has drained) and held
+            // until `wait` below has returned.
+            unsafe { blas.sgemm(&job.gemm, b, a, out)? };
         }
+        blas.wait()
     })
 }
