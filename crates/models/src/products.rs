@@ -264,12 +264,16 @@ pub trait ProductOps: Backend {
         transpose_a: bool,
         transpose_b: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [(x, y, tx, ty), (u, v, tu, tv)] = gradient_products(a, b, g, transpose_a, transpose_b);
-        (
-            product_by_ops::<Self>(x, y, tx, ty),
-            product_by_ops::<Self>(u, v, tu, tv),
-        )
+        backward_by_ops::<Self>(gradient_products(a, b, g, transpose_a, transpose_b))
     }
+}
+
+/// The two products of [`gradient_products`] by burn's operations: the gradients of `a` and `b`.
+pub(crate) fn backward_by_ops<B: Backend>(
+    products: [(FloatTensor<B>, FloatTensor<B>, bool, bool); 2],
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let [grad_a, grad_b] = products.map(|(x, y, tx, ty)| product_by_ops::<B>(x, y, tx, ty));
+    (grad_a, grad_b)
 }
 
 /// The two products (operands and transpositions) that give `a`'s and `b`'s gradients, as

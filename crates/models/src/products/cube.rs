@@ -4,7 +4,7 @@
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::{ProductOps, gradient_products, product_by_ops};
+use super::{ProductOps, backward_by_ops, gradient_products, product_by_ops};
 
 // `Cube`, what `Dispatch` routes to, is fusion over `CubeBackend`: the macro's `Fusion`
 // implementation records each method as one operation.
@@ -25,16 +25,15 @@ impl ProductOps for CubeBackend {
         transpose_a: bool,
         transpose_b: bool,
     ) -> (CubeTensor, CubeTensor) {
-        let [first, second] = gradient_products(a, b, g, transpose_a, transpose_b);
+        let products = gradient_products(a, b, g, transpose_a, transpose_b);
         #[cfg(feature = "cuda")]
-        if [&first, &second]
+        if products
             .iter()
             .all(|(x, y, tx, ty)| super::cublas::applies(x, y, *tx, *ty))
         {
-            let [grad_a, grad_b] = super::cublas::products([first, second]);
+            let [grad_a, grad_b] = super::cublas::products(products);
             return (grad_a, grad_b);
         }
-        let by_ops = |(x, y, tx, ty)| product_by_ops::<CubeBackend>(x, y, tx, ty);
-        (by_ops(first), by_ops(second))
+        backward_by_ops::<CubeBackend>(products)
     }
 }

@@ -77,18 +77,23 @@ pub(crate) fn check_library() -> Result<(), String> {
     ))
 }
 
-/// One product's operands (contiguous), its transpositions, the call and the output.
+/// One product's operands (contiguous), the call (which holds the transpositions) and the
+/// output.
 struct Job {
     a: CubeTensor,
     b: CubeTensor,
-    transposes: (bool, bool),
     gemm: Gemm,
     out: CubeTensor,
 }
 
 impl Job {
+    /// `(transpose_a, transpose_b)`: cuBLAS's first operand is `b`, its second `a`.
+    fn transposes(&self) -> (bool, bool) {
+        (self.gemm.transpose_second, self.gemm.transpose_first)
+    }
+
     fn describe(&self) -> String {
-        let (ta, tb) = self.transposes;
+        let (ta, tb) = self.transposes();
         format!(
             "cuBLAS's product of {:?} ({ta}) by {:?} ({tb})",
             dims2(&self.a),
@@ -118,13 +123,7 @@ pub(super) fn products<const N: usize>(
             Shape::new([gemm.n, gemm.m]),
             DType::F32,
         );
-        Job {
-            a,
-            b,
-            transposes: (ta, tb),
-            gemm,
-            out,
-        }
+        Job { a, b, gemm, out }
     });
     if let Err(reason) = run(&jobs) {
         let all: Vec<String> = jobs.iter().map(Job::describe).collect();
@@ -139,7 +138,7 @@ pub(super) fn products<const N: usize>(
 /// `job`'s output against burn's product of its operands, if it is the process's first of its
 /// pair of transpositions.
 fn check_first(job: &Job) {
-    let (ta, tb) = job.transposes;
+    let (ta, tb) = job.transposes();
     let pair = 1u8 << (2 * u8::from(ta) + u8::from(tb));
     if CHECKED.fetch_or(pair, Ordering::Relaxed) & pair != 0 {
         return;
