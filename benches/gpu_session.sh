@@ -27,6 +27,8 @@
 #   6b. cublas: the transformer's cells of step 6 (with FAMILIES other than all, its families')
 #      with every `Linear`'s products by cuBLAS in TF32 (`--products cublas`,
 #      crates/models/src/products.rs), against step 6's cubecl kernels;
+#   6c. cublas-async: the same cells with the same products ordered on the GPU by flags, the
+#      host never waiting (`--products cublas-async`, crates/models/src/products/flags.rs);
 #   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
 #   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the
 #      first kernel within 1/0.8 of the shape's roofline time (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1,
@@ -333,8 +335,10 @@ compare round1 "$FAMILIES" "$SIZES" 1
 if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
 if [ "$DEVICE" = cpu ]; then
   say "cublas: not run, cuBLAS multiplies on device cuda only"
+  say "cublas-async: not run, cuBLAS multiplies on device cuda only"
 else
   compare cublas "$update_families" "$SIZES" 1 "--cwm-args=--products cublas"
+  compare cublas-async "$update_families" "$SIZES" 1 "--cwm-args=--products cublas-async"
 fi
 compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
 if [ -n "${CWM_KERNEL_CACHE:-}" ]; then

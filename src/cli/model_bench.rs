@@ -78,8 +78,9 @@ pub struct BenchArgs {
     #[arg(long)]
     column_sums: Option<ColumnSums>,
     /// Who multiplies the `Linear`s' matrices: cubecl's kernels (`cubecl`) or, on device cuda,
-    /// cuBLAS in TF32 (`cublas`, which waits for cubecl's queue around each product); default:
-    /// CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
+    /// cuBLAS in TF32, ordered against cubecl's kernels by host waits around each product
+    /// (`cublas`) or by flags the GPU waits on (`cublas-async`); default: CWM_PRODUCTS, else
+    /// cubecl (crates/models/src/products.rs).
     #[arg(long)]
     products: Option<Products>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in
@@ -116,8 +117,8 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
         COLUMN_SUMS.choose(setting);
     }
     if let Some(setting) = args.products {
-        if setting == Products::Cublas && !device.starts_with("cuda") {
-            anyhow::bail!("--products cublas multiplies on device cuda only, not {device:?}");
+        if setting.is_cublas() && !device.starts_with("cuda") {
+            anyhow::bail!("--products {setting} multiplies on device cuda only, not {device:?}");
         }
         PRODUCTS.choose(setting);
     }

@@ -49,12 +49,17 @@ fn model_bench_refuses_settings_it_cannot_take() {
         let refused = ws.cwm(&[&args[..], &[flag, value]].concat());
         assert_eq!(refused.status.code(), Some(2), "{what} is refused");
     }
-    let cublas = ws.cwm(&[&args[..], &["--products", "cublas"]].concat());
-    let err = String::from_utf8_lossy(&cublas.stderr);
-    assert!(
-        !cublas.status.success() && err.contains("device cuda only"),
-        "cuBLAS's products are refused on the CPU: {err}"
-    );
+    for products in ["cublas", "cublas-async"] {
+        let cublas = ws.cwm(&[&args[..], &["--products", products]].concat());
+        let err = String::from_utf8_lossy(&cublas.stderr);
+        assert!(
+            !cublas.status.success()
+                && err.contains(&format!(
+                    "--products {products} multiplies on device cuda only"
+                )),
+            "cuBLAS's products ({products}) are refused on the CPU: {err}"
+        );
+    }
 }
 
 #[test]
@@ -754,6 +759,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "profile",
             "round1",
             "cublas",
+            "cublas-async",
             "fused-device",
             "column-single",
             "update-ops",

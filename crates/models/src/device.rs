@@ -65,7 +65,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
-    if crate::products::PRODUCTS.choose_from_env()? == crate::products::Products::Cublas {
+    if crate::products::PRODUCTS.choose_from_env()?.is_cublas() {
         crate::products::cublas::check_library()?;
     }
     Ok(Device::cuda(index))
@@ -145,12 +145,12 @@ fn cube_cpu() -> Result<Device, String> {
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
-    if crate::products::PRODUCTS.choose_from_env()? == crate::products::Products::Cublas {
-        return Err(
-            "\"cube-cpu\": CWM_PRODUCTS=cublas multiplies on device cuda only; leave the \
+    let products = crate::products::PRODUCTS.choose_from_env()?;
+    if products.is_cublas() {
+        return Err(format!(
+            "\"cube-cpu\": CWM_PRODUCTS={products} multiplies on device cuda only; leave the \
              products to cubecl (unset CWM_PRODUCTS) on this device"
-                .to_string(),
-        );
+        ));
     }
     Ok(Device::cpu())
 }

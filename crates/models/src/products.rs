@@ -30,8 +30,9 @@
 //! |---|---|
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
 //! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` |
+//! | `cublas-async` | the same, ordered against cubecl's kernels on the GPU by flags in device memory rather than by host waits (`products/flags.rs`) |
 //!
-//! `cube-cpu` refuses `cublas` when its device is made, and `cwm model bench --products cublas`
+//! `cube-cpu` refuses either `cublas` when its device is made, and `cwm model bench --products cublas`
 //! on any device but `cuda`; the CPU (`flex`) never reads the variable, as with cwm's other
 //! settings of cubecl's devices.
 //!
@@ -66,12 +67,26 @@ pub enum Products {
     /// burn's products: cubecl's kernels on cubecl's devices.
     #[default]
     Cubecl,
-    /// cuBLAS's `cublasSgemm` in TF32, on device `cuda`.
+    /// cuBLAS's `cublasSgemm` in TF32, on device `cuda`, ordered by host waits.
     Cublas,
+    /// The same products ordered on the GPU by flags in device memory, the host never waiting
+    /// (`products/flags.rs`).
+    CublasAsync,
+}
+
+impl Products {
+    /// Whether cuBLAS multiplies (either ordering).
+    pub fn is_cublas(self) -> bool {
+        matches!(self, Products::Cublas | Products::CublasAsync)
+    }
 }
 
 /// Each setting with its name.
-const NAMES: [(Products, &str); 2] = [(Products::Cubecl, "cubecl"), (Products::Cublas, "cublas")];
+const NAMES: [(Products, &str); 3] = [
+    (Products::Cubecl, "cubecl"),
+    (Products::Cublas, "cublas"),
+    (Products::CublasAsync, "cublas-async"),
+];
 
 impl fmt::Display for Products {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -89,7 +104,13 @@ impl FromStr for Products {
 
 /// Whether the process's products are cuBLAS's.
 pub(crate) fn cublas_chosen() -> bool {
-    PRODUCTS.chosen() == Some(Products::Cublas)
+    PRODUCTS.chosen().is_some_and(Products::is_cublas)
+}
+
+/// Whether the process's cuBLAS products are ordered on the GPU rather than by host waits.
+#[cfg(feature = "cuda")]
+pub(crate) fn cublas_async() -> bool {
+    PRODUCTS.chosen() == Some(Products::CublasAsync)
 }
 
 /// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where
@@ -145,7 +166,7 @@ pub(crate) fn sizes(
 /// cuBLAS's first operand is `b`, its second `a`, and what it writes, `cᵀ` column by column,
 /// is `c` row by row.
 #[cfg(any(feature = "cuda", test))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Gemm {
     /// Whether cuBLAS transposes its first operand (`b` as stored).
     pub transpose_first: bool,
@@ -304,6 +325,9 @@ impl ProductOps for burn::backend::Flex {}
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 mod cube;
 
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+pub(crate) mod flags;
+
 // The project's one module with unsafe code: foreign calls into CUDA's driver and cuBLAS.
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
@@ -382,7 +406,7 @@ impl<B: Backend + ProductOps, C: CheckpointStrategy> ProductOps for Autodiff<B, 
 }
 
 /// The shape of a two-dimensional primitive.
-#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+#[cfg(feature = "cuda")]
 fn dims2<T: burn::backend::TensorMetadata>(t: &T) -> [usize; 2] {
     t.shape().dims()
 }
@@ -582,11 +606,22 @@ mod tests {
     #[test]
     fn settings_have_names() {
         assert_eq!("cuBLAS".parse::<Products>(), Ok(Products::Cublas));
+        assert_eq!(
+            "cublas-async".parse::<Products>(),
+            Ok(Products::CublasAsync)
+        );
         assert_eq!(Products::default().to_string(), "cubecl");
+        assert_eq!(Products::CublasAsync.to_string(), "cublas-async");
         let err = "cudnn".parse::<Products>().unwrap_err();
         assert!(
-            err.contains("`cubecl`") && err.contains("`cublas`"),
+            err.contains("`cubecl`") && err.contains("`cublas`") && err.contains("`cublas-async`"),
             "{err}"
         );
+        let cublas: Vec<Products> = NAMES
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|p| p.is_cublas())
+            .collect();
+        assert_eq!(cublas, [Products::Cublas, Products::CublasAsync]);
     }
 }

@@ -138,7 +138,8 @@ fn tensor(shape: &[usize]) -> TensorArg {
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
 /// attention with and without dropout, dropout, the optimizer's update, the short convolution
 /// (at Gated DeltaNet's shapes), the RMSNorm's three kernels, Gated DeltaNet's passage from
-/// chunk to chunk, both ways, and the device loss's kernel.
+/// chunk to chunk, both ways, the device loss's kernel, and the two flag kernels of cuBLAS's
+/// products.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -161,6 +162,9 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
         out.push((name.into(), kernel));
     }
     for (name, kernel) in delta_chunks(&props, &target) {
+        out.push((name.into(), kernel));
+    }
+    for (name, kernel) in product_flags(&props, &target) {
         out.push((name.into(), kernel));
     }
     out
@@ -523,6 +527,35 @@ fn delta_chunks(
             )),
         ),
     ]
+}
+
+/// The two one-unit kernels that order cuBLAS's products on the GPU (`products/flags.rs`).
+fn product_flags(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+) -> [(&'static str, Kernel); 2] {
+    use crate::products::flags::{WORDS, await_kernel, signal_kernel};
+    let one = || (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
+    let (count, dim) = one();
+    let signal: Kernel = Box::new(signal_kernel::create_dummy_kernel(
+        props.clone(),
+        target.clone(),
+        count,
+        dim,
+        tensor(&[WORDS]),
+        7u32,
+    ));
+    let (count, dim) = one();
+    let wait: Kernel = Box::new(await_kernel::create_dummy_kernel(
+        props.clone(),
+        target.clone(),
+        count,
+        dim,
+        tensor(&[WORDS]),
+        7u32,
+        1u32 << 24,
+    ));
+    [("product_signal", signal), ("product_await", wait)]
 }
 
 /// `kernel` compiled by the CUDA runtime's compiler for `sm`.

@@ -1,12 +1,22 @@
 //! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
 //! through cubecl's client, `cublasSgemm` in TF32 on a stream of its own, ordered against
-//! cubecl's kernels by waiting for both queues.
+//! cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by flags in device
+//! memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the product's stream waits
+//! for (`cuStreamWaitValue32`), the product's stream writes one when done
+//! (`cuStreamWriteValue32`) that a one-unit kernel on cubecl's stream waits for.
+//!
+//! With flags, the first product of each call (sizes and transpositions) a thread makes is still
+//! ordered by host waits: CUDA loads a kernel's module at its first launch and may wait for the
+//! device to be idle to do so, which a kernel spinning on a flag would never let it be. The
+//! flags' "gave up" word is read back every [`CHECK_EVERY`] flagged calls.
 //!
 //! The library is loaded at run time (cudarc's dynamic loading): `libcublas.so` from the CUDA
 //! toolkit or PyTorch's `nvidia` packages, found through `LD_LIBRARY_PATH` or the loader's
 //! cache. [`check_library`] says so before the first step when it is missing.
 
+use std::any::Any;
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use burn::backend::Shape;
@@ -24,7 +34,8 @@ use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
-use super::{Gemm, cublas_chosen, dims2, product_by_ops};
+use super::flags::{self, DONE, GAVE_UP, READY};
+use super::{Gemm, cublas_async, cublas_chosen, dims2, product_by_ops};
 
 /// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
 type CudaServer = <CudaRuntime as Runtime>::Server;
@@ -32,6 +43,13 @@ type CudaServer = <CudaRuntime as Runtime>::Server;
 /// The largest relative difference a checked product may show against burn's: TF32 keeps 10
 /// bits of the operands' mantissas, about 10⁻³ relative per product term.
 const CHECK_TOLERANCE: f32 = 1e-2;
+
+/// The most loads of the "done" flag a waiting kernel makes before it gives up: about ten
+/// seconds of a GPU's global-memory latency, some thousands of times the longest product.
+const SPIN_LIMIT: u32 = 1 << 24;
+
+/// How many flagged calls of a thread go by between two reads of the "gave up" word.
+const CHECK_EVERY: u64 = 1024;
 
 /// Which pairs of transpositions (bit `2 · transpose_a + transpose_b`) had their first cuBLAS
 /// product of the process compared with burn's.
@@ -187,6 +205,68 @@ struct Blas {
     context: driver_sys::CUcontext,
     stream: driver_sys::CUstream,
     handle: blas_sys::cublasHandle_t,
+    /// The calls made so far under host waits (the module docs).
+    seen: HashSet<Gemm>,
+    /// The flags of `cublas-async`, made at the first flagged call.
+    flags: Option<Flags>,
+}
+
+/// A thread's flags buffer (`flags.rs`) and where it lies.
+struct Flags {
+    words: CubeTensor,
+    /// The buffer's device address.
+    address: u64,
+    /// Keeps the buffer in place (the client's resource for it).
+    _held: Box<dyn Any>,
+    /// The last epoch queued.
+    epoch: u32,
+    /// Flagged calls so far.
+    calls: u64,
+}
+
+impl Flags {
+    /// A buffer on `like`'s device, its two kernels run once (loading their modules while
+    /// nothing waits on the device) and the words read back.
+    fn new(like: &CubeTensor) -> Result<Flags, String> {
+        let words = flags::new_flags(like);
+        let held = like
+            .client
+            .get_resource::<CudaServer>(words.handle.clone())
+            .map_err(|e| format!("the flags' device address: {e:?}"))?;
+        let address = held.resource().ptr;
+        flags::signal(&words, 0);
+        flags::await_done(&words, 0, SPIN_LIMIT);
+        let read = flags::read(&words)?;
+        if read != [0; flags::WORDS] {
+            return Err(format!(
+                "the flags read {read:?} after their first use, not zeros"
+            ));
+        }
+        Ok(Flags {
+            words,
+            address,
+            _held: Box::new(held),
+            epoch: 0,
+            calls: 0,
+        })
+    }
+
+    /// The device address of `word`.
+    fn at(&self, word: usize) -> u64 {
+        self.address + 4 * word as u64
+    }
+
+    /// An error if a waiting kernel gave up since the buffer was made.
+    fn check(&self) -> Result<(), String> {
+        let read = flags::read(&self.words)?;
+        match read[GAVE_UP] {
+            0 => Ok(()),
+            epoch => Err(format!(
+                "cubecl's stream stopped waiting for cuBLAS's call {epoch} after {SPIN_LIMIT} \
+                 loads of its flag: the product did not finish"
+            )),
+        }
+    }
 }
 
 thread_local! {
@@ -214,6 +294,8 @@ impl Blas {
             context,
             stream,
             handle,
+            seen: HashSet::new(),
+            flags: None,
         };
         // SAFETY: the handle and the stream were just made, in the current context.
         unsafe {
@@ -265,6 +347,32 @@ impl Blas {
         }
     }
 
+    /// The product's stream waits until the word at `address` has reached `epoch`.
+    ///
+    /// # Safety
+    /// `address` is a word of a live buffer of this handle's device.
+    unsafe fn wait_for(&self, address: u64, epoch: u32) -> Result<(), String> {
+        let geq = driver_sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: as the caller promises; the stream is the handle's.
+        unsafe { driver_sys::cuStreamWaitValue32_v2(self.stream, address, epoch, geq) }
+            .result()
+            .map_err(|e| format!("cuStreamWaitValue32: {e:?}"))
+    }
+
+    /// The product's stream writes `epoch` to the word at `address` once its earlier work is
+    /// done (with a memory barrier: that work's writes are seen by whoever sees the word).
+    ///
+    /// # Safety
+    /// `address` is a word of a live buffer of this handle's device.
+    unsafe fn write(&self, address: u64, epoch: u32) -> Result<(), String> {
+        let barrier =
+            driver_sys::CUstreamWriteValue_flags_enum::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: as the caller promises; the stream is the handle's.
+        unsafe { driver_sys::cuStreamWriteValue32_v2(self.stream, address, epoch, barrier) }
+            .result()
+            .map_err(|e| format!("cuStreamWriteValue32: {e:?}"))
+    }
+
     /// Waits until every product queued on the handle's stream is done.
     fn wait(&self) -> Result<(), String> {
         // SAFETY: the stream was made by `Blas::new` and is destroyed only with the handle.
@@ -275,6 +383,9 @@ impl Blas {
 
 impl Drop for Blas {
     fn drop(&mut self) {
+        // The flags' buffer is left to the process: at a thread's end cubecl's device may be
+        // gone already, and twelve bytes are not worth a message to it.
+        std::mem::forget(self.flags.take());
         // SAFETY: made by `Blas::new` and used by nothing else; failures (a context already
         // torn down at exit) leave nothing to do.
         unsafe {
@@ -284,8 +395,8 @@ impl Drop for Blas {
     }
 }
 
-/// Each job's call on the buffers of its operands and output, after cubecl's queue has drained
-/// (so the operands are written), then waited for (so cubecl's next kernels read the outputs).
+/// Each job's call on the buffers of its operands and output, ordered by host waits or by
+/// flags (the module docs).
 fn run(jobs: &[Job]) -> Result<(), String> {
     let Some(first) = jobs.first() else {
         return Ok(());
@@ -302,26 +413,86 @@ fn run(jobs: &[Job]) -> Result<(), String> {
             .get_resource::<CudaServer>(t.handle.clone())
             .map_err(|e| format!("the buffer's device address: {e:?}"))
     };
-    // Held until the products are done: a held buffer is neither freed nor moved.
+    // Held until the products are queued (flags) or done (waits): a held buffer is neither
+    // freed nor moved.
     let mut held = Vec::with_capacity(jobs.len());
     for job in jobs {
         held.push([resource(&job.b)?, resource(&job.a)?, resource(&job.out)?]);
     }
-    block_on(client.sync()).map_err(|e| format!("waiting for cubecl's kernels: {e:?}"))?;
+    let addresses: Vec<[u64; 3]> = held
+        .iter()
+        .map(|buffers| buffers.each_ref().map(|b| b.resource().ptr))
+        .collect();
     BLAS.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|blas| blas.index != device.index) {
             *slot = Some(Blas::new(device.index)?);
         }
-        let blas = slot.as_ref().expect("made above");
-        for (job, [b, a, out]) in jobs.iter().zip(&held) {
-            let (b, a, out) = (b.resource().ptr, a.resource().ptr, out.resource().ptr);
-            // SAFETY: the three buffers are contiguous `f32` matrices of the call's sizes
-            // (`Gemm::of` on their shapes), on the handle's device (one device for all jobs:
-            // the backward pass's operands), written (cubecl's queue has drained) and held
-            // until `wait` below has returned.
-            unsafe { blas.sgemm(&job.gemm, b, a, out)? };
+        let blas = slot.as_mut().expect("made above");
+        if cublas_async() && jobs.iter().all(|job| blas.seen.contains(&job.gemm)) {
+            // SAFETY: the addresses are of `held`'s buffers (as below); the flags order the
+            // calls after the operands' writes and cubecl's later kernels after the calls.
+            unsafe { blas.run_flagged(jobs, &addresses, &first.a) }
+        } else {
+            block_on(client.sync()).map_err(|e| format!("waiting for cubecl's kernels: {e:?}"))?;
+            // SAFETY: the addresses are of `held`'s buffers, the jobs' (made contiguous, sized by
+            // `Gemm::of`, all on `device`); cubecl's queue has drained, so the operands are
+            // written; `held` outlives the wait below.
+            unsafe { blas.queue(jobs, &addresses)? };
+            blas.wait()?;
+            blas.seen.extend(jobs.iter().map(|job| job.gemm));
+            Ok(())
         }
-        blas.wait()
     })
+}
+
+impl Blas {
+    /// Each job's call on its `[b, a, out]` addresses, queued on the handle's stream.
+    ///
+    /// # Safety
+    /// The addresses are of `jobs`' buffers, held by the caller: contiguous `f32` matrices of
+    /// the calls' sizes (`Gemm::of` on their shapes) on the handle's device (one device for all
+    /// jobs: the backward pass's operands). The caller orders the calls after the operands'
+    /// writes, and any reuse of the buffers after the calls.
+    unsafe fn queue(&self, jobs: &[Job], addresses: &[[u64; 3]]) -> Result<(), String> {
+        for (job, &[b, a, out]) in jobs.iter().zip(addresses) {
+            // SAFETY: as the caller promises.
+            unsafe { self.sgemm(&job.gemm, b, a, out)? };
+        }
+        Ok(())
+    }
+
+    /// `jobs` between a flag cubecl's stream writes and one it waits for (the module docs):
+    /// nothing waits on the host.
+    ///
+    /// # Safety
+    /// As [`Blas::queue`], but for the order: that is this function's to make.
+    unsafe fn run_flagged(
+        &mut self,
+        jobs: &[Job],
+        addresses: &[[u64; 3]],
+        like: &CubeTensor,
+    ) -> Result<(), String> {
+        if self.flags.is_none() {
+            self.flags = Some(Flags::new(like)?);
+        }
+        let flags = self.flags.as_mut().expect("made above");
+        flags.epoch = flags.epoch.wrapping_add(1);
+        flags.calls += 1;
+        let (epoch, ready, done) = (flags.epoch, flags.at(READY), flags.at(DONE));
+        let check = flags.calls.is_multiple_of(CHECK_EVERY);
+        flags::signal(&flags.words, epoch);
+        // SAFETY: `ready` and `done` are words of the flags' buffer, held for the thread's life
+        // on this device; the calls run after cubecl's stream has written `ready` (so after the
+        // operands' writes, queued before it), and cubecl's stream reads nothing of theirs before
+        // it has seen `done`.
+        unsafe { self.wait_for(ready, epoch)? };
+        // SAFETY: the caller's promise for the addresses; the order as above.
+        unsafe { self.queue(jobs, addresses)? };
+        // SAFETY: as above.
+        unsafe { self.write(done, epoch)? };
+        let flags = self.flags.as_ref().expect("made above");
+        flags::await_done(&flags.words, epoch, SPIN_LIMIT);
+        if check { flags.check() } else { Ok(()) }
+    }
 }
