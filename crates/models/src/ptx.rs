@@ -661,6 +661,36 @@ mod tests {
         usage(&log)
     }
 
+    /// The kernel that waits for cuBLAS's products (`products/flags.rs`) loads the "done" word
+    /// (4 bytes into the flags) with an atomic load of the GPU's scope inside its loop: a plain
+    /// load the compiler could take out of the loop, and the kernel would never see the word
+    /// change.
+    fn assert_spins_on_a_load_it_cannot_hoist(ptx: &Ptx) {
+        let lines: Vec<&str> = ptx.ptx.lines().map(str::trim).collect();
+        let label = lines
+            .iter()
+            .position(|l| l.starts_with("$L__") && l.ends_with(':'))
+            .unwrap_or_else(|| panic!("{}: no loop label in\n{}", ptx.name, ptx.ptx));
+        let in_loop = &lines[label..];
+        assert!(
+            in_loop
+                .iter()
+                .any(|l| l.starts_with("ld.relaxed.gpu.global.") && l.ends_with("+4];")),
+            "{}: no relaxed load of the done word in its loop:\n{}",
+            ptx.name,
+            ptx.ptx
+        );
+        let name = lines[label].trim_end_matches(':');
+        assert!(
+            in_loop
+                .iter()
+                .any(|l| l.contains("bra") && l.ends_with(&format!("{name};"))),
+            "{}: the loop never branches back to {name}:\n{}",
+            ptx.name,
+            ptx.ptx
+        );
+    }
+
     /// Registers an SM of compute capability 9.0 has, all its resident cubes together.
     const REGISTERS_PER_SM: u32 = 65_536;
 
@@ -792,6 +822,9 @@ mod tests {
                 "{name}: no entry point in\n{}",
                 ptx.ptx
             );
+            if name == "product_await" {
+                assert_spins_on_a_load_it_cannot_hoist(&ptx);
+            }
             let u = assemble(&ptx, &dir, sm);
             let (x, y, z) = ptx.cube_dim;
             println!(
