@@ -790,31 +790,29 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     let round2 = section(&tables, "round2");
     assert!(round2.contains("median of 2 round(s)"), "{tables}");
     assert_eq!(table_row(round2, "slice_diag")[2], "d128");
-    assert!(
-        table_row(section(&tables, "fused-device"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-device loss, one-pass update;"),
-        "{tables}"
-    );
-    assert!(
-        table_row(section(&tables, "column-single"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-cpu loss, one-pass update, column sums: single;"),
-        "{tables}"
-    );
-    assert!(
-        table_row(section(&tables, "update-ops"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-cpu loss, ops update;"),
-        "{tables}"
-    );
-    assert!(
-        table_row(section(&tables, "fusion-burn"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-cpu loss, one-pass update, burn's fusion search;"),
-        "{tables}"
-    );
-    assert!(
-        table_row(section(&tables, "attention-kernels"), "slice_diag")[8]
-            .starts_with("cwm f32, fused-cpu loss, one-pass update, attention: kernels;"),
-        "{tables}"
-    );
+    // Each variant's row says what it changed.
+    for (step, precision) in [
+        ("fused-device", "fused-device loss, one-pass update;"),
+        (
+            "column-single",
+            "fused-cpu loss, one-pass update, column sums: single;",
+        ),
+        ("update-ops", "fused-cpu loss, ops update;"),
+        (
+            "fusion-burn",
+            "fused-cpu loss, one-pass update, burn's fusion search;",
+        ),
+        (
+            "attention-kernels",
+            "fused-cpu loss, one-pass update, attention: kernels;",
+        ),
+    ] {
+        assert!(
+            table_row(section(&tables, step), "slice_diag")[8]
+                .starts_with(&format!("cwm f32, {precision}")),
+            "{step}: {tables}"
+        );
+    }
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
