@@ -77,10 +77,10 @@ pub struct BenchArgs {
     /// blocks (crates/models/src/column_sums.rs).
     #[arg(long)]
     column_sums: Option<ColumnSums>,
-    /// Who multiplies the `Linear`s' matrices: cubecl's kernels (`cubecl`) or, on device cuda,
-    /// cuBLAS in TF32, ordered against cubecl's kernels by host waits around each product
-    /// (`cublas`) or by flags the GPU waits on (`cublas-async`); default: CWM_PRODUCTS, else
-    /// cubecl (crates/models/src/products.rs).
+    /// Who multiplies the `Linear`s' and the training attention's matrices: cubecl's kernels
+    /// (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against cubecl's kernels by host
+    /// waits around each call (`cublas`) or by flags the GPU waits on (`cublas-async`);
+    /// default: CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
     #[arg(long)]
     products: Option<Products>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in

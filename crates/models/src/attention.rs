@@ -51,6 +51,7 @@ use burn::prelude::*;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
+use crate::products::{ProductOps, backend_product};
 use crate::rope::{RopeTables, Rotation};
 
 /// Causal scaled dot-product attention (scale `1/√head_dim`) as one backend operation: burn's
@@ -200,14 +201,14 @@ pub(crate) fn unmerge<B: Backend>(x: FloatTensor<B>, heads: usize) -> FloatTenso
 /// # Shapes
 /// - `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `causal`: `[batch, heads, seq, seq]`
 /// - output: `[batch, heads, seq, seq]` and `[batch, heads, seq, head_dim]`
-fn attend<B: Backend>(
+fn attend<B: ProductOps>(
     [q, k, v]: [FloatTensor<B>; 3],
     causal: BoolTensor<B>,
     keep: Keep<B>,
     scale: f64,
     in_signs: bool,
 ) -> (Probs<B>, FloatTensor<B>) {
-    let scores = B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), scale.into());
+    let scores = B::float_mul_scalar(backend_product::<B>(q, k, false, true), scale.into());
     let probs = B::softmax(
         B::float_mask_fill(scores, causal, f32::NEG_INFINITY.into()),
         3,
@@ -225,7 +226,7 @@ fn attend<B: Backend>(
         }
         Keep::All => Probs::Plain(probs),
     };
-    let out = B::float_matmul(probs.dropped(), v);
+    let out = backend_product::<B>(probs.dropped(), v, false, false);
     (probs, out)
 }
 
@@ -296,7 +297,7 @@ impl<B: Backend> Probs<B> {
 /// pass is the default body, from its own tensor operations; the autodiff decorator's adds the
 /// backward pass.
 #[backend_extension(Flex, Cube: cfg(any(feature = "cuda", feature = "cube-cpu")), Autodiff)]
-pub trait AttentionOps: Backend {
+pub trait AttentionOps: Backend + ProductOps {
     /// [`causal_attention_train`] of the packed `qkv`, with `causal` already broadcast to the
     /// scores' shape.
     fn causal_attention_train(
@@ -349,7 +350,7 @@ struct Saved<B: Backend> {
 #[derive(Debug)]
 struct AttentionBackward;
 
-impl<B: Backend> Backward<B, 1> for AttentionBackward {
+impl<B: Backend + ProductOps> Backward<B, 1> for AttentionBackward {
     type State = (Saved<B>, Rotation<B>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -365,7 +366,7 @@ impl<B: Backend> Backward<B, 1> for AttentionBackward {
     }
 }
 
-impl<B: Backend> Saved<B> {
+impl<B: ProductOps> Saved<B> {
     /// The gradients of `q`, `k` and `v` from the output's, `grad_out` (all
     /// `[batch, heads, seq, head_dim]`).
     fn gradients(self, grad_out: FloatTensor<B>) -> [FloatTensor<B>; 3] {
@@ -376,17 +377,17 @@ impl<B: Backend> Saved<B> {
             probs: saved,
             scale,
         } = self;
-        let grad_v = B::float_matmul(B::float_transpose(saved.dropped()), grad_out.clone());
+        let grad_v = backend_product::<B>(saved.dropped(), grad_out.clone(), true, false);
         // dP = (dO vᵀ) ∘ M; dS = P ∘ (dP − rowsum(dP ∘ P)) · scale.
-        let grad_probs = saved.masked(B::float_matmul(grad_out, B::float_transpose(v)));
+        let grad_probs = saved.masked(backend_product::<B>(grad_out, v, false, true));
         let probs = saved.probs();
         let row = B::float_sum_dim(B::float_mul(grad_probs.clone(), probs.clone()), 3);
         let grad_scores = B::float_mul_scalar(
             B::float_mul(probs, B::float_sub(grad_probs, row)),
             scale.into(),
         );
-        let grad_q = B::float_matmul(grad_scores.clone(), k);
-        let grad_k = B::float_matmul(B::float_transpose(grad_scores), q);
+        let grad_q = backend_product::<B>(grad_scores.clone(), k, false, false);
+        let grad_k = backend_product::<B>(grad_scores, q, true, false);
         [grad_q, grad_k, grad_v]
     }
 }

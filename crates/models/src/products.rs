@@ -1,27 +1,32 @@
-//! Who multiplies the `Linear`s' matrices on a GPU: cubecl's own kernels (burn's products,
+//! Who multiplies the models' `f32` matrices on a GPU: cubecl's own kernels (burn's products,
 //! the default) or NVIDIA's cuBLAS, so that one build can time the two against each other.
 //!
 //! Every `Linear` of the models is one `[rows, d_in] · [d_in, d_out]` product forward and two
-//! backward (`mixed::product`). On an H200, cubek-matmul's fastest product ran at about
-//! 7 × 10¹³ operations/s (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32
-//! tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
-//! products alone come to about the reference's whole step. [`product`] is `op(a) · op(b)`
-//! (`op` a transposition or none) as one differentiable operation, and [`product_of`] the
-//! choice between it and burn's product: on CUDA with
-//! [`Products::Cublas`] by `cublasSgemm` in TF32 (`products/cublas.rs`), elsewhere by
-//! burn's product of the (transposed) operands. Its backward pass is two such products
-//! (with `g` the output's gradient):
+//! backward (`mixed::product`), and the transformer's training attention four batches of
+//! products over `[batch, heads]` (`attention.rs`: `q kᵀ` and `P v` forward, two pairs
+//! backward). On an H200, cubek-matmul's fastest product ran at about 7 × 10¹³ operations/s
+//! (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32 tensor-core rate cuBLAS
+//! reaches for the reference's PyTorch, and at d512 the transformer's products alone come to
+//! about the reference's whole step. [`ProductOps::product`] is `op(a) · op(b)` (`op` a
+//! transposition of the last two dimensions or none; dimensions before those a batch) as one
+//! differentiable operation, and [`product_of`] (tensors) and [`backend_product`] (a backend's
+//! primitives, inside another operation) the choice between it and burn's product: on CUDA
+//! with cuBLAS chosen by `cublasSgemm` or `cublasSgemmStridedBatched` in TF32
+//! (`products/cublas.rs`), elsewhere by burn's product of the (transposed) operands. Its
+//! backward pass is two such products (with `g` the output's gradient):
 //!
 //! ```text
 //! c = a · b        da = g · bᵀ     db = aᵀ · g
 //! ```
 //!
-//! cubecl does not hand out the CUDA stream its kernels run on, so the cuBLAS product is
-//! ordered against them by waiting: cubecl's queue is drained before the product and the
-//! product's own stream after it. A `Linear`'s forward product takes one such pair of host
-//! waits a step, its backward pass's two products another ([`ProductOps::product_backward`],
-//! one operation). What the products gain must outweigh those waits; only a GPU can say
-//! whether they do.
+//! cubecl does not hand out the CUDA stream its kernels run on, so the cuBLAS products run on
+//! a stream of their own, ordered against cubecl's kernels in one of two ways. With `cublas`,
+//! by host waits: cubecl's queue is drained before a call and the call's stream after it; a
+//! `Linear`'s forward product takes one such pair of waits a step, its backward pass's two
+//! products another ([`ProductOps::product_backward`], one operation), each of attention's
+//! products one. With `cublas-async`, on the GPU by flags in device memory
+//! (`products/flags.rs`), the host never waiting. What the products gain must outweigh the
+//! ordering's cost; only a GPU can say whether they do.
 //!
 //! The environment variable `CWM_PRODUCTS` chooses, for the whole process, when its first
 //! cubecl device is made (`cwm model bench --products` for one run):
@@ -29,16 +34,16 @@
 //! | value | products |
 //! |---|---|
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
-//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s on device `cuda` |
-//! | `cublas-async` | the same, ordered against cubecl's kernels on the GPU by flags in device memory rather than by host waits (`products/flags.rs`) |
+//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s and training attention on device `cuda`, ordered by host waits |
+//! | `cublas-async` | the same, ordered on the GPU by flags (`products/flags.rs`) |
 //!
-//! `cube-cpu` refuses either `cublas` when its device is made, and `cwm model bench --products cublas`
-//! on any device but `cuda`; the CPU (`flex`) never reads the variable, as with cwm's other
-//! settings of cubecl's devices.
+//! `cube-cpu` refuses either `cublas` when its device is made, and `cwm model bench
+//! --products` on any device but `cuda`; the CPU (`flex`) never reads the variable, as with
+//! cwm's other settings of cubecl's devices.
 //!
-//! A process's first cuBLAS product of each kind (forward, and the backward pass's two) is also
-//! computed by burn and the two compared; a difference beyond TF32's rounding stops the
-//! process, naming the shapes.
+//! A process's first cuBLAS product of each kind (a pair of transpositions, one product or a
+//! batch) is also computed by burn and the two compared; a difference beyond TF32's rounding
+//! stops the process, naming the shapes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -61,7 +66,7 @@ pub const PRODUCTS_VAR: &str = "CWM_PRODUCTS";
 /// The process's setting (the module docs).
 pub static PRODUCTS: ProcessSetting<Products> = ProcessSetting::new(PRODUCTS_VAR);
 
-/// Who multiplies the `Linear`s' matrices.
+/// Who multiplies the `Linear`s' and the training attention's matrices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
     /// burn's products: cubecl's kernels on cubecl's devices.
@@ -113,21 +118,26 @@ pub(crate) fn cublas_async() -> bool {
     PRODUCTS.chosen() == Some(Products::CublasAsync)
 }
 
-/// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where
-/// [`Products::Cublas`] is chosen (the transpositions passed to cuBLAS, no copy made), else
-/// burn's product of the (transposed) operands: how `mixed::product` multiplies an `f32`
-/// `Linear`'s rows by its weight, and the fused losses their head's.
+/// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where cuBLAS is
+/// chosen (the transpositions passed to cuBLAS, no copy made), else burn's product of the
+/// (transposed) operands: how `mixed::product` multiplies an `f32` `Linear`'s rows by its
+/// weight, and the fused losses their head's.
 ///
 /// # Shapes
 /// - as [`ProductOps::product`]
-pub fn product_of(a: Tensor<2>, b: Tensor<2>, transpose_a: bool, transpose_b: bool) -> Tensor<2> {
+pub fn product_of<const D: usize>(
+    a: Tensor<D>,
+    b: Tensor<D>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Tensor<D> {
     if !cublas_chosen() {
         let a = if transpose_a { a.transpose() } else { a };
         let b = if transpose_b { b.transpose() } else { b };
         return a.matmul(b);
     }
     let (a, b) = (a.into_dispatch(), b.into_dispatch());
-    Tensor::<2>::from_dispatch(<Dispatch as ProductOps>::product(
+    Tensor::<D>::from_dispatch(<Dispatch as ProductOps>::product(
         a,
         b,
         transpose_a,
@@ -135,36 +145,95 @@ pub fn product_of(a: Tensor<2>, b: Tensor<2>, transpose_a: bool, transpose_b: bo
     ))
 }
 
-/// The sizes `(m, k, n)` of `op(a) · op(b)` for operands stored as `a` and `b` (row-major
-/// `[rows, columns]`), `op` transposing where `transpose_*` says.
-///
-/// # Errors
-/// The inner sizes differ.
-#[cfg(any(feature = "cuda", feature = "cube-cpu", test))]
-pub(crate) fn sizes(
-    a: [usize; 2],
-    b: [usize; 2],
+/// [`product_of`] on a backend's primitives, for code inside a backend operation (the
+/// training attention's): [`ProductOps::product`] where cuBLAS is chosen, else burn's
+/// product, which fusion may fuse with the operations around it.
+pub(crate) fn backend_product<B: ProductOps>(
+    a: FloatTensor<B>,
+    b: FloatTensor<B>,
     transpose_a: bool,
     transpose_b: bool,
-) -> Result<(usize, usize, usize), String> {
-    let [m, k] = if transpose_a { [a[1], a[0]] } else { a };
-    let [k_b, n] = if transpose_b { [b[1], b[0]] } else { b };
-    if k != k_b {
-        return Err(format!(
-            "a product of {a:?}{} by {b:?}{}: inner sizes {k} and {k_b}",
-            if transpose_a { "ᵀ" } else { "" },
-            if transpose_b { "ᵀ" } else { "" }
-        ));
+) -> FloatTensor<B> {
+    if cublas_chosen() {
+        B::product(a, b, transpose_a, transpose_b)
+    } else {
+        product_by_ops::<B>(a, b, transpose_a, transpose_b)
     }
-    Ok((m, k, n))
 }
 
-/// One `cublasSgemm` call's arguments for `c = op(a) · op(b)` with row-major operands.
+/// The sizes of `op(a) · op(b)`: `batch` products (the leading dimensions' product) of
+/// `[m, k] · [k, n]`.
+#[cfg(any(feature = "cuda", feature = "cube-cpu", test))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sizes {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+/// The sizes of `op(a) · op(b)` for row-major operands of shapes `a` and `b`, `op` transposing
+/// the last two dimensions where `transpose_*` says; any dimensions before those are a batch
+/// of products, the same for both operands (no broadcasting).
+///
+/// # Errors
+/// The ranks differ or are under 2, the leading dimensions differ, or the inner sizes differ.
+#[cfg(any(feature = "cuda", feature = "cube-cpu", test))]
+pub(crate) fn sizes(
+    a: &[usize],
+    b: &[usize],
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Result<Sizes, String> {
+    let name = |dims: &[usize], t: bool| format!("{dims:?}{}", if t { "ᵀ" } else { "" });
+    let what = || {
+        format!(
+            "a product of {} by {}",
+            name(a, transpose_a),
+            name(b, transpose_b)
+        )
+    };
+    let rank = a.len();
+    if rank < 2 || b.len() != rank {
+        return Err(format!("{}: ranks {} and {}", what(), rank, b.len()));
+    }
+    let (lead, lead_b) = (&a[..rank - 2], &b[..rank - 2]);
+    if lead != lead_b {
+        return Err(format!(
+            "{}: leading dimensions {lead:?} and {lead_b:?} (no broadcasting)",
+            what()
+        ));
+    }
+    let (a2, b2) = ([a[rank - 2], a[rank - 1]], [b[rank - 2], b[rank - 1]]);
+    let [m, k] = if transpose_a { [a2[1], a2[0]] } else { a2 };
+    let [k_b, n] = if transpose_b { [b2[1], b2[0]] } else { b2 };
+    if k != k_b {
+        return Err(format!("{}: inner sizes {k} and {k_b}", what()));
+    }
+    Ok(Sizes {
+        batch: lead.iter().product(),
+        m,
+        k,
+        n,
+    })
+}
+
+/// The output's shape: the leading dimensions, then `[m, n]`.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+pub(crate) fn output_shape(a: &[usize], sizes: Sizes) -> burn::backend::Shape {
+    let mut dims = a[..a.len() - 2].to_vec();
+    dims.extend([sizes.m, sizes.n]);
+    burn::backend::Shape::from(dims)
+}
+
+/// One cuBLAS call's arguments for `c = op(a) · op(b)` with row-major operands: `cublasSgemm`
+/// for one product, `cublasSgemmStridedBatched` for a batch of them.
 ///
 /// cuBLAS reads matrices column by column, and a row-major `[r, c]` matrix read so is its
 /// transpose, `[c, r]` with leading dimension `c`. So the call computes `cᵀ = op(b)ᵀ · op(a)ᵀ`:
 /// cuBLAS's first operand is `b`, its second `a`, and what it writes, `cᵀ` column by column,
-/// is `c` row by row.
+/// is `c` row by row. The matrices of a batch follow each other, each operand's a whole
+/// matrix apart.
 #[cfg(any(feature = "cuda", test))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Gemm {
@@ -184,21 +253,29 @@ pub(crate) struct Gemm {
     pub ld_second: usize,
     /// See [`Gemm::ld_first`].
     pub ld_out: usize,
+    /// The number of products.
+    pub batch: usize,
+    /// The distances, in elements, from one matrix of `b`, `a` and the output to the next.
+    pub stride_first: usize,
+    /// See [`Gemm::stride_first`].
+    pub stride_second: usize,
+    /// See [`Gemm::stride_first`].
+    pub stride_out: usize,
 }
 
 #[cfg(any(feature = "cuda", test))]
 impl Gemm {
-    /// The call for contiguous row-major operands stored as `a` and `b`.
+    /// The call for contiguous row-major operands of shapes `a` and `b`.
     ///
     /// # Errors
     /// As [`sizes`].
     pub(crate) fn of(
-        a: [usize; 2],
-        b: [usize; 2],
+        a: &[usize],
+        b: &[usize],
         transpose_a: bool,
         transpose_b: bool,
     ) -> Result<Gemm, String> {
-        let (m, k, n) = sizes(a, b, transpose_a, transpose_b)?;
+        let Sizes { batch, m, k, n } = sizes(a, b, transpose_a, transpose_b)?;
         Ok(Gemm {
             transpose_first: transpose_b,
             transpose_second: transpose_a,
@@ -208,11 +285,15 @@ impl Gemm {
             ld_first: if transpose_b { k } else { n },
             ld_second: if transpose_a { m } else { k },
             ld_out: n,
+            batch,
+            stride_first: k * n,
+            stride_second: m * k,
+            stride_out: m * n,
         })
     }
 }
 
-/// The output's spec, for fusion: `[m, n]` in `a`'s type.
+/// The output's spec, for fusion: [`output_shape`] in `a`'s type.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 fn product_spec(
     a: &burn::backend::fusion::custom::TensorSpec,
@@ -220,10 +301,10 @@ fn product_spec(
     transpose_a: &bool,
     transpose_b: &bool,
 ) -> burn::backend::fusion::custom::TensorSpec {
-    let (a_dims, b_dims): ([usize; 2], [usize; 2]) = (a.shape.dims(), b.shape.dims());
-    let (m, _, n) = sizes(a_dims, b_dims, *transpose_a, *transpose_b)
+    let (a_dims, b_dims) = (a.shape.as_slice(), b.shape.as_slice());
+    let sizes = sizes(a_dims, b_dims, *transpose_a, *transpose_b)
         .unwrap_or_else(|reason| panic!("{reason}"));
-    burn::backend::fusion::custom::TensorSpec::new(burn::backend::Shape::new([m, n]), a.dtype)
+    burn::backend::fusion::custom::TensorSpec::new(output_shape(a_dims, sizes), a.dtype)
 }
 
 /// `op(a) · op(b)` by burn's operations: a transposition is a view, the product burn's.
@@ -256,11 +337,12 @@ pub(crate) fn product_by_ops<B: Backend>(
     Autodiff
 )]
 pub trait ProductOps: Backend {
-    /// `op(a) · op(b)`, `op` transposing an operand where its flag says.
+    /// `op(a) · op(b)`, `op` transposing an operand's last two dimensions where its flag says;
+    /// dimensions before those are a batch of products, the same for both operands.
     ///
     /// # Shapes
-    /// - `a`: `[m, k]` (`[k, m]` transposed); `b`: `[k, n]` (`[n, k]` transposed)
-    /// - output: `[m, n]`
+    /// - `a`: `[.., m, k]` (`[.., k, m]` transposed); `b`: `[.., k, n]` (`[.., n, k]` transposed)
+    /// - output: `[.., m, n]`
     #[fusion(meta = product_spec)]
     fn product(
         a: FloatTensor<Self>,
@@ -325,7 +407,8 @@ impl ProductOps for burn::backend::Flex {}
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
 mod cube;
 
-#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+// Used by the cuBLAS module; on `cube-cpu` by its tests alone.
+#[cfg(any(feature = "cuda", all(test, feature = "cube-cpu")))]
 pub(crate) mod flags;
 
 // The project's one module with unsafe code: foreign calls into CUDA's driver and cuBLAS.
@@ -405,10 +488,10 @@ impl<B: Backend + ProductOps, C: CheckpointStrategy> ProductOps for Autodiff<B, 
     }
 }
 
-/// The shape of a two-dimensional primitive.
+/// A primitive's shape.
 #[cfg(feature = "cuda")]
-fn dims2<T: burn::backend::TensorMetadata>(t: &T) -> [usize; 2] {
-    t.shape().dims()
+fn dims_of<T: burn::backend::TensorMetadata>(t: &T) -> Vec<usize> {
+    t.shape().as_slice().to_vec()
 }
 
 #[cfg(test)]
@@ -419,11 +502,11 @@ mod tests {
     use crate::causal_conv::tests::{assert_close, values};
 
     /// The output and both gradients under `sum(out ∘ r)`, of `op(a) · op(b)` made by `apply`.
-    fn run(
-        apply: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>,
-        a: &Tensor<2>,
-        b: &Tensor<2>,
-        r: &Tensor<2>,
+    fn run<const D: usize>(
+        apply: &dyn Fn(Tensor<D>, Tensor<D>) -> Tensor<D>,
+        a: &Tensor<D>,
+        b: &Tensor<D>,
+        r: &Tensor<D>,
     ) -> [Vec<f32>; 3] {
         let (a, b) = (a.clone().require_grad(), b.clone().require_grad());
         let out = apply(a.clone(), b.clone());
@@ -435,27 +518,46 @@ mod tests {
         ]
     }
 
-    /// A `[rows, columns]` matrix of fixed values on `device`, scrambled by `salt`.
-    fn matrix(dims: [usize; 2], salt: f32, device: &Device) -> Tensor<2> {
-        let values: Vec<f32> = (0..dims[0] * dims[1])
+    /// A tensor of fixed values on `device`, scrambled by `salt`.
+    fn filled<const D: usize>(dims: [usize; D], salt: f32, device: &Device) -> Tensor<D> {
+        let values: Vec<f32> = (0..dims.iter().product::<usize>())
             .map(|i| (i as f32 * 0.37 + salt).sin())
             .collect();
-        Tensor::<2>::from_data(burn::tensor::TensorData::new(values, dims), device)
+        Tensor::<D>::from_data(burn::tensor::TensorData::new(values, dims), device)
     }
 
-    /// On `device`, for `op(a) · op(b)` with `a` `[5, 7]` and `b` `[7, 3]` as transposed:
-    /// the operation's output and gradients, and burn's product's.
-    fn both_ways(device: &Device, ta: bool, tb: bool) -> [[Vec<f32>; 3]; 2] {
+    /// `dims` with its last two transposed where `t` says.
+    fn stored<const D: usize>(mut dims: [usize; D], t: bool) -> [usize; D] {
+        if t {
+            dims.swap(D - 2, D - 1);
+        }
+        dims
+    }
+
+    /// On `device`, for `op(a) · op(b)` of `[.., 5, 7] · [.., 7, 3]` (`lead` the leading
+    /// dimensions, `a` and `b` stored transposed where `ta` and `tb` say): the operation's
+    /// output and gradients, and burn's product's.
+    fn both_ways<const D: usize>(
+        device: &Device,
+        lead: &[usize],
+        ta: bool,
+        tb: bool,
+    ) -> [[Vec<f32>; 3]; 2] {
+        let dims = |rows: usize, columns: usize| -> [usize; D] {
+            let mut all = lead.to_vec();
+            all.extend([rows, columns]);
+            all.try_into().expect("D dimensions")
+        };
         let (m, k, n) = (5, 7, 3);
-        let a = matrix(if ta { [k, m] } else { [m, k] }, 0.5, device);
-        let b = matrix(if tb { [n, k] } else { [k, n] }, 1.5, device);
-        let r = matrix([m, n], 2.5, device);
-        let op = |x: Tensor<2>, t: bool| if t { x.transpose() } else { x };
+        let a = filled(stored(dims(m, k), ta), 0.5, device);
+        let b = filled(stored(dims(k, n), tb), 1.5, device);
+        let r = filled(dims(m, n), 2.5, device);
+        let op = |x: Tensor<D>, t: bool| if t { x.transpose() } else { x };
         let by_burn = run(&|a, b| op(a, ta).matmul(op(b, tb)), &a, &b, &r);
-        let by_op = |a: Tensor<2>, b: Tensor<2>| {
+        let by_op = |a: Tensor<D>, b: Tensor<D>| {
             let out =
                 <Dispatch as ProductOps>::product(a.into_dispatch(), b.into_dispatch(), ta, tb);
-            Tensor::<2>::from_dispatch(out)
+            Tensor::<D>::from_dispatch(out)
         };
         [run(&by_op, &a, &b, &r), by_burn]
     }
@@ -468,14 +570,22 @@ mod tests {
         }
     }
 
+    const PAIRS: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
+
     /// For every pair of transpositions, the operation's output and gradients are burn's
-    /// product of the transposed operands' (non-square, so that a size mixed up shows).
+    /// product of the transposed operands' (non-square, so that a size mixed up shows): one
+    /// product, and batches of them over one and two leading dimensions.
     #[test]
     fn the_product_and_its_gradients_are_burns_for_every_transposition() {
         let device = Device::flex().autodiff();
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            let [by_op, by_burn] = both_ways(&device, ta, tb);
-            assert_parts(&by_op, &by_burn, &format!("transposed {ta} {tb}"));
+        for (ta, tb) in PAIRS {
+            let what = |lead: &str| format!("transposed {ta} {tb}, leading {lead}");
+            let [by_op, by_burn] = both_ways::<2>(&device, &[], ta, tb);
+            assert_parts(&by_op, &by_burn, &what("[]"));
+            let [by_op, by_burn] = both_ways::<3>(&device, &[4], ta, tb);
+            assert_parts(&by_op, &by_burn, &what("[4]"));
+            let [by_op, by_burn] = both_ways::<4>(&device, &[2, 3], ta, tb);
+            assert_parts(&by_op, &by_burn, &what("[2, 3]"));
         }
     }
 
@@ -485,11 +595,11 @@ mod tests {
     fn one_tracked_operand_gets_burns_gradient() {
         let device = Device::flex().autodiff();
         let (m, k, n) = (5, 7, 3);
-        let r = matrix([m, n], 2.5, &device);
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            let a = matrix(if ta { [k, m] } else { [m, k] }, 0.5, &device);
-            let b = matrix(if tb { [n, k] } else { [k, n] }, 1.5, &device);
-            let op = |x: Tensor<2>, t: bool| if t { x.transpose() } else { x };
+        let r = filled([2, m, n], 2.5, &device);
+        for (ta, tb) in PAIRS {
+            let a = filled(stored([2, m, k], ta), 0.5, &device);
+            let b = filled(stored([2, k, n], tb), 1.5, &device);
+            let op = |x: Tensor<3>, t: bool| if t { x.transpose() } else { x };
             for track_a in [true, false] {
                 let grad_of = |by_op: bool| {
                     let (a, b) = if track_a {
@@ -498,7 +608,7 @@ mod tests {
                         (a.clone(), b.clone().require_grad())
                     };
                     let out = if by_op {
-                        Tensor::<2>::from_dispatch(<Dispatch as ProductOps>::product(
+                        Tensor::<3>::from_dispatch(<Dispatch as ProductOps>::product(
                             a.clone().into_dispatch(),
                             b.clone().into_dispatch(),
                             ta,
@@ -519,37 +629,49 @@ mod tests {
 
     /// On `cube-cpu` the product is one operation fusion records (its output's shape from
     /// `product_spec`), burn's product there (the setting is cubecl's), and gives the CPU's
-    /// output and gradients for every pair of transpositions (`CARGO_TARGET_DIR=target/cuda
-    /// cargo test --release -p cwm-models --features cube-cpu --lib products`).
+    /// output and gradients for every pair of transpositions, one product and a batch
+    /// (`CARGO_TARGET_DIR=target/cuda cargo test --release -p cwm-models --features cube-cpu
+    /// --lib products`).
     #[cfg(feature = "cube-cpu")]
     #[test]
     fn on_cube_cpu_the_product_is_the_cpus_for_every_transposition() {
         let cube = crate::device_by_name("cube-cpu").unwrap().autodiff();
         let cpu = Device::flex().autodiff();
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            let [on_cube, _] = both_ways(&cube, ta, tb);
-            let [on_cpu, _] = both_ways(&cpu, ta, tb);
+        for (ta, tb) in PAIRS {
+            let [on_cube, _] = both_ways::<2>(&cube, &[], ta, tb);
+            let [on_cpu, _] = both_ways::<2>(&cpu, &[], ta, tb);
             assert_parts(
                 &on_cube,
                 &on_cpu,
                 &format!("cube-cpu, transposed {ta} {tb}"),
             );
+            let [on_cube, _] = both_ways::<4>(&cube, &[2, 3], ta, tb);
+            let [on_cpu, _] = both_ways::<4>(&cpu, &[2, 3], ta, tb);
+            assert_parts(
+                &on_cube,
+                &on_cpu,
+                &format!("cube-cpu, batched, transposed {ta} {tb}"),
+            );
         }
     }
 
-    /// With burn's products chosen (the CPU never reads the setting), `product_of` is burn's
-    /// product of the transposed operands, to the bit.
+    /// With burn's products chosen (the CPU never reads the setting), `product_of` and
+    /// `backend_product` are burn's product of the transposed operands, to the bit.
     #[test]
     fn product_of_is_burns_product_without_cublas() {
         let device = Device::flex();
-        let a = Tensor::<2>::random([6, 4], Distribution::Normal(0.0, 1.0), &device);
-        let b = Tensor::<2>::random([2, 6], Distribution::Normal(0.0, 1.0), &device);
+        let a = Tensor::<3>::random([3, 6, 4], Distribution::Normal(0.0, 1.0), &device);
+        let b = Tensor::<3>::random([3, 2, 6], Distribution::Normal(0.0, 1.0), &device);
         let want = values(a.clone().transpose().matmul(b.clone().transpose()));
-        assert_eq!(values(product_of(a, b, true, true)), want);
+        assert_eq!(values(product_of(a.clone(), b.clone(), true, true)), want);
+        let by_backend =
+            backend_product::<Dispatch>(a.into_dispatch(), b.into_dispatch(), true, true);
+        assert_eq!(values(Tensor::<3>::from_dispatch(by_backend)), want);
     }
 
     /// `g` carried out with BLAS's meaning of its arguments (column-major operands, a
-    /// transposition flag each), by loops: what cuBLAS computes for it.
+    /// transposition flag each, the batch's matrices a stride apart), by loops: what cuBLAS
+    /// computes for it.
     fn column_major_gemm(g: &Gemm, first: &[f32], second: &[f32]) -> Vec<f32> {
         let at = |data: &[f32], ld: usize, transposed: bool, i: usize, j: usize| {
             if transposed {
@@ -558,49 +680,79 @@ mod tests {
                 data[i + j * ld]
             }
         };
-        let mut out = vec![0.0; g.ld_out * g.n];
-        for j in 0..g.n {
-            for i in 0..g.m {
-                out[i + j * g.ld_out] = (0..g.k)
-                    .map(|l| {
-                        at(first, g.ld_first, g.transpose_first, i, l)
-                            * at(second, g.ld_second, g.transpose_second, l, j)
-                    })
-                    .sum();
+        let mut out = vec![0.0; g.stride_out * (g.batch - 1) + g.ld_out * g.n];
+        for p in 0..g.batch {
+            let first = &first[p * g.stride_first..];
+            let second = &second[p * g.stride_second..];
+            for j in 0..g.n {
+                for i in 0..g.m {
+                    out[p * g.stride_out + i + j * g.ld_out] = (0..g.k)
+                        .map(|l| {
+                            at(first, g.ld_first, g.transpose_first, i, l)
+                                * at(second, g.ld_second, g.transpose_second, l, j)
+                        })
+                        .sum();
+                }
             }
         }
         out
     }
 
     /// For every pair of transpositions, the call's arguments, carried out as BLAS defines
-    /// them on the row-major operands' memory, give `op(a) · op(b)` row by row.
+    /// them on the row-major operands' memory, give `op(a) · op(b)` row by row, for one product
+    /// and for a batch of three.
     #[test]
     fn the_cublas_call_computes_the_row_major_product() {
         let (m, k, n) = (5, 7, 3);
         let at = |data: &[f32], columns: usize, r: usize, c: usize| data[r * columns + c];
-        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            let a_dims = if ta { [k, m] } else { [m, k] };
-            let b_dims = if tb { [n, k] } else { [k, n] };
-            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.91).cos()).collect();
-            let op_a = |i: usize, l: usize| if ta { at(&a, m, l, i) } else { at(&a, k, i, l) };
-            let op_b = |l: usize, j: usize| if tb { at(&b, k, j, l) } else { at(&b, n, l, j) };
-            let want: Vec<f32> = (0..m * n)
-                .map(|at| (0..k).map(|l| op_a(at / n, l) * op_b(l, at % n)).sum())
-                .collect();
-            let gemm = Gemm::of(a_dims, b_dims, ta, tb).unwrap();
-            let got = column_major_gemm(&gemm, &b, &a);
-            assert_close(&got, &want, &format!("transposed {ta} {tb}: {gemm:?}"));
+        for (ta, tb) in PAIRS {
+            for batch in [1, 3] {
+                let a_dims = stored([batch, m, k], ta);
+                let b_dims = stored([batch, k, n], tb);
+                let a: Vec<f32> = (0..batch * m * k)
+                    .map(|i| (i as f32 * 0.37).sin())
+                    .collect();
+                let b: Vec<f32> = (0..batch * k * n)
+                    .map(|i| (i as f32 * 0.91).cos())
+                    .collect();
+                let want: Vec<f32> = (0..batch * m * n)
+                    .map(|at_out| {
+                        let (p, at_out) = (at_out / (m * n), at_out % (m * n));
+                        let (a, b) = (&a[p * m * k..], &b[p * k * n..]);
+                        let op_a =
+                            |i: usize, l: usize| if ta { at(a, m, l, i) } else { at(a, k, i, l) };
+                        let op_b =
+                            |l: usize, j: usize| if tb { at(b, k, j, l) } else { at(b, n, l, j) };
+                        (0..k)
+                            .map(|l| op_a(at_out / n, l) * op_b(l, at_out % n))
+                            .sum()
+                    })
+                    .collect();
+                let gemm = Gemm::of(&a_dims, &b_dims, ta, tb).unwrap();
+                assert_eq!(gemm.batch, batch);
+                let got = column_major_gemm(&gemm, &b, &a);
+                assert_close(&got, &want, &format!("transposed {ta} {tb}: {gemm:?}"));
+            }
         }
-        assert!(Gemm::of([2, 3], [2, 3], false, false).is_err());
+        assert!(Gemm::of(&[2, 3], &[2, 3], false, false).is_err());
     }
 
     #[test]
     fn sizes_name_a_mismatch() {
-        assert_eq!(sizes([2, 3], [3, 4], false, false), Ok((2, 3, 4)));
-        assert_eq!(sizes([3, 2], [4, 3], true, true), Ok((2, 3, 4)));
-        let err = sizes([2, 3], [4, 3], false, false).unwrap_err();
+        let sized = |batch, m, k, n| Ok(Sizes { batch, m, k, n });
+        assert_eq!(sizes(&[2, 3], &[3, 4], false, false), sized(1, 2, 3, 4));
+        assert_eq!(sizes(&[3, 2], &[4, 3], true, true), sized(1, 2, 3, 4));
+        assert_eq!(
+            sizes(&[5, 6, 3, 2], &[5, 6, 4, 3], true, true),
+            sized(30, 2, 3, 4)
+        );
+        let err = sizes(&[2, 3], &[4, 3], false, false).unwrap_err();
         assert!(err.contains("inner sizes 3 and 4"), "{err}");
+        let err = sizes(&[5, 2, 3], &[6, 3, 4], false, false).unwrap_err();
+        assert!(err.contains("leading dimensions [5] and [6]"), "{err}");
+        let err = sizes(&[5, 2, 3], &[3, 4], false, false).unwrap_err();
+        assert!(err.contains("ranks 3 and 2"), "{err}");
+        assert!(sizes(&[3], &[3], false, false).is_err());
     }
 
     #[test]

@@ -19,7 +19,6 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use burn::backend::Shape;
 use burn::backend::ops::FloatTensorOps;
 use burn::cubecl::cuda::CudaRuntime;
 use burn::cubecl::future::block_on;
@@ -35,7 +34,7 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::flags::{self, DONE, GAVE_UP, READY};
-use super::{Gemm, cublas_async, cublas_chosen, dims2, product_by_ops};
+use super::{Gemm, cublas_async, cublas_chosen, dims_of, output_shape, product_by_ops, sizes};
 
 /// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
 type CudaServer = <CudaRuntime as Runtime>::Server;
@@ -51,8 +50,9 @@ const SPIN_LIMIT: u32 = 1 << 24;
 /// How many flagged calls of a thread go by between two reads of the "gave up" word.
 const CHECK_EVERY: u64 = 1024;
 
-/// Which pairs of transpositions (bit `2 · transpose_a + transpose_b`) had their first cuBLAS
-/// product of the process compared with burn's.
+/// Which kinds of call, a pair of transpositions for one product or a batch (bit
+/// `4 · batched + 2 · transpose_a + transpose_b`), had their first cuBLAS product of the process
+/// compared with burn's.
 static CHECKED: AtomicU8 = AtomicU8::new(0);
 
 /// Whether cuBLAS multiplies `a` and `b`: chosen for the process, both `f32` on a CUDA device,
@@ -65,7 +65,7 @@ pub(super) fn applies(
 ) -> bool {
     let on_cuda = matches!(a.device, CubeDevice::Cuda(_)) && a.device == b.device;
     let fits = |gemm: Gemm| {
-        [gemm.m, gemm.n, gemm.k]
+        [gemm.m, gemm.n, gemm.k, gemm.batch]
             .iter()
             .all(|&s| s > 0 && i32::try_from(s).is_ok())
             && i32::try_from(gemm.m * gemm.n).is_ok()
@@ -74,7 +74,7 @@ pub(super) fn applies(
         && on_cuda
         && a.dtype == DType::F32
         && b.dtype == DType::F32
-        && Gemm::of(dims2(a), dims2(b), transpose_a, transpose_b).is_ok_and(fits)
+        && Gemm::of(&dims_of(a), &dims_of(b), transpose_a, transpose_b).is_ok_and(fits)
 }
 
 /// Whether cuBLAS's library can be loaded, else a message saying where it was looked for.
@@ -114,16 +114,16 @@ impl Job {
         let (ta, tb) = self.transposes();
         format!(
             "cuBLAS's product of {:?} ({ta}) by {:?} ({tb})",
-            dims2(&self.a),
-            dims2(&self.b)
+            dims_of(&self.a),
+            dims_of(&self.b)
         )
     }
 }
 
 /// `op(a) · op(b)` for each of `operands` (`a`, `b`, `transpose_a`, `transpose_b`; each as
 /// [`applies`] allows) by cuBLAS, under one wait for cubecl's queue before them and one for
-/// their stream after them; the process's first product of each pair of transpositions (a
-/// `Linear`'s forward product, and its backward pass's two kinds) is checked against burn's.
+/// their stream after them (or between flags: the module docs); the process's first product of
+/// each kind ([`CHECKED`]) is checked against burn's.
 ///
 /// # Panics
 /// cuBLAS or cubecl fails, or a checked product differs from burn's beyond
@@ -133,12 +133,14 @@ pub(super) fn products<const N: usize>(
 ) -> [CubeTensor; N] {
     let jobs = operands.map(|(a, b, ta, tb)| {
         let (a, b) = (into_contiguous(a), into_contiguous(b));
-        let gemm = Gemm::of(dims2(&a), dims2(&b), ta, tb)
+        let (a_dims, b_dims) = (dims_of(&a), dims_of(&b));
+        let (gemm, sizes) = Gemm::of(&a_dims, &b_dims, ta, tb)
+            .and_then(|gemm| Ok((gemm, sizes(&a_dims, &b_dims, ta, tb)?)))
             .unwrap_or_else(|reason| panic!("cuBLAS's product: {reason}"));
         let out = empty_device_contiguous_dtype(
             a.client.clone(),
             a.device.clone(),
-            Shape::new([gemm.n, gemm.m]),
+            output_shape(&a_dims, sizes),
             DType::F32,
         );
         Job { a, b, gemm, out }
@@ -154,11 +156,12 @@ pub(super) fn products<const N: usize>(
 }
 
 /// `job`'s output against burn's product of its operands, if it is the process's first of its
-/// pair of transpositions.
+/// kind ([`CHECKED`]).
 fn check_first(job: &Job) {
     let (ta, tb) = job.transposes();
-    let pair = 1u8 << (2 * u8::from(ta) + u8::from(tb));
-    if CHECKED.fetch_or(pair, Ordering::Relaxed) & pair != 0 {
+    let batched = job.gemm.batch > 1;
+    let kind = 1u8 << (4 * u8::from(batched) + 2 * u8::from(ta) + u8::from(tb));
+    if CHECKED.fetch_or(kind, Ordering::Relaxed) & kind != 0 {
         return;
     }
     let want = product_by_ops::<CubeBackend>(job.a.clone(), job.b.clone(), ta, tb);
@@ -311,7 +314,8 @@ impl Blas {
     /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream.
     ///
     /// # Safety
-    /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes, on this handle's device,
+    /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes (`gemm.batch` of each,
+    /// one after the other), on this handle's device,
     /// written already and kept alive until [`Blas::wait`] has returned.
     unsafe fn sgemm(&self, gemm: &Gemm, b: u64, a: u64, c: u64) -> Result<(), String> {
         let op = |transposed| {
@@ -323,11 +327,31 @@ impl Blas {
         };
         let int = |v: usize| i32::try_from(v).map_err(|_| format!("{v} is beyond cuBLAS's int"));
         let (alpha, beta) = (1.0f32, 0.0f32);
+        let long = |v: usize| i64::try_from(v).map_err(|_| format!("{v} is beyond i64"));
         // SAFETY: as the caller promises; `alpha` and `beta` live through the call.
         unsafe {
             driver::ctx::set_current(self.context)
                 .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-            blas::sgemm(
+            if gemm.batch == 1 {
+                return blas::sgemm(
+                    self.handle,
+                    op(gemm.transpose_first),
+                    op(gemm.transpose_second),
+                    int(gemm.m)?,
+                    int(gemm.n)?,
+                    int(gemm.k)?,
+                    &alpha,
+                    b as *const f32,
+                    int(gemm.ld_first)?,
+                    a as *const f32,
+                    int(gemm.ld_second)?,
+                    &beta,
+                    c as *mut f32,
+                    int(gemm.ld_out)?,
+                )
+                .map_err(|e| format!("cublasSgemm: {e:?}"));
+            }
+            blas::sgemm_strided_batched(
                 self.handle,
                 op(gemm.transpose_first),
                 op(gemm.transpose_second),
@@ -337,13 +361,17 @@ impl Blas {
                 &alpha,
                 b as *const f32,
                 int(gemm.ld_first)?,
+                long(gemm.stride_first)?,
                 a as *const f32,
                 int(gemm.ld_second)?,
+                long(gemm.stride_second)?,
                 &beta,
                 c as *mut f32,
                 int(gemm.ld_out)?,
+                long(gemm.stride_out)?,
+                int(gemm.batch)?,
             )
-            .map_err(|e| format!("cublasSgemm: {e:?}"))
+            .map_err(|e| format!("cublasSgemmStridedBatched: {e:?}"))
         }
     }
 
