@@ -8,7 +8,8 @@
 //! With flags, the first product of each call (sizes and transpositions) a thread makes is still
 //! ordered by host waits: CUDA loads a kernel's module at its first launch and may wait for the
 //! device to be idle to do so, which a kernel spinning on a flag would never let it be. The
-//! flags' "gave up" word is read back every [`CHECK_EVERY`] flagged calls.
+//! flags' "gave up" word is read back after a thread's first, second, fourth, … flagged call
+//! and every [`CHECK_EVERY`] calls from the thousandth on ([`check_after`]).
 //!
 //! The library is loaded at run time (cudarc's dynamic loading): `libcublas.so` from the CUDA
 //! toolkit or PyTorch's `nvidia` packages, found through `LD_LIBRARY_PATH` or the loader's
@@ -47,8 +48,16 @@ const CHECK_TOLERANCE: f32 = 1e-2;
 /// seconds of a GPU's global-memory latency, some thousands of times the longest product.
 const SPIN_LIMIT: u32 = 1 << 24;
 
-/// How many flagged calls of a thread go by between two reads of the "gave up" word.
+/// How many flagged calls of a thread go by between two reads of the "gave up" word, once
+/// this many have been made; before, the word is read after calls 1, 2, 4, 8, …, so that an
+/// ordering that does not work on some machine stops the process at its first call rather
+/// than costing each call [`SPIN_LIMIT`] loads until the thousandth.
 const CHECK_EVERY: u64 = 1024;
+
+/// Whether the "gave up" word is read after the thread's `calls`-th flagged call.
+fn check_after(calls: u64) -> bool {
+    calls.is_multiple_of(CHECK_EVERY) || (calls < CHECK_EVERY && calls.is_power_of_two())
+}
 
 /// Which kinds of call, a pair of transpositions for one product or a batch (bit
 /// `4 · batched + 2 · transpose_a + transpose_b`), had their first cuBLAS product of the process
@@ -508,7 +517,7 @@ impl Blas {
         flags.epoch = flags.epoch.wrapping_add(1);
         flags.calls += 1;
         let (epoch, ready, done) = (flags.epoch, flags.at(READY), flags.at(DONE));
-        let check = flags.calls.is_multiple_of(CHECK_EVERY);
+        let check = check_after(flags.calls);
         flags::signal(&flags.words, epoch);
         // SAFETY: `ready` and `done` are words of the flags' buffer, held for the thread's life
         // on this device; the calls run after cubecl's stream has written `ready` (so after the
@@ -522,5 +531,24 @@ impl Blas {
         let flags = self.flags.as_ref().expect("made above");
         flags::await_done(&flags.words, epoch, SPIN_LIMIT);
         if check { flags.check() } else { Ok(()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The "gave up" word is read after calls 1, 2, 4, …, 512, then every 1,024 calls: ten reads
+    /// in the first thousand, the first right after the first call (`CARGO_TARGET_DIR=target/cuda
+    /// cargo test --release -p cwm-models --features cuda --lib cublas`, a `cuda` build's test).
+    #[test]
+    fn the_flags_are_read_early_then_every_thousand_calls() {
+        let reads: Vec<u64> = (1..=5000).filter(|&c| check_after(c)).collect();
+        assert_eq!(
+            reads,
+            [
+                1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096
+            ]
+        );
     }
 }
