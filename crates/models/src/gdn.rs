@@ -28,6 +28,7 @@ use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
 use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
+use crate::products::product_of;
 use crate::recurrent::{CausalConv1d, a_log_init, dt_bias_init};
 use crate::rms_norm::rms_norm;
 use crate::split::split_array;
@@ -455,7 +456,7 @@ fn unit_lower_inverse(a: Tensor<5>) -> Tensor<5> {
     let mut s = 2;
     while s < chunk {
         let off = a.clone().mask_fill(outside(s), 0.0);
-        t = t.clone() - t.clone().matmul(off).matmul(t);
+        t = t.clone() - product_of(product_of(t.clone(), off, false, false), t, false, false);
         s *= 2;
     }
     t
@@ -528,13 +529,13 @@ pub fn delta_rule_chunked(inputs: &DeltaRuleInputs, chunk_size: usize) -> Tensor
     let decay = (column(gamma.clone()) - row(gamma.clone()))
         .mask_fill(above, f32::NEG_INFINITY)
         .exp(); // Γ: [b, nc, h, C, C]
-    let a = (k.clone().matmul(k.clone().swap_dims(3, 4)) * decay.clone() * beta.clone())
+    let a = (product_of(k.clone(), k.clone(), false, true) * decay.clone() * beta.clone())
         .mask_fill(diagonal_and_above, 0.0);
     let t = unit_lower_inverse(a); // T = (I + A)⁻¹
     let gamma_exp = column(gamma.clone()).exp(); // [b, nc, h, C, 1]
-    let u_tilde = t.clone().matmul(v * beta.clone()); // [b, nc, h, C, V]
-    let w = t.matmul(k.clone() * (beta * gamma_exp.clone())); // [b, nc, h, C, K]
-    let qk = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay; // [b, nc, h, C, C]
+    let u_tilde = product_of(t.clone(), v * beta.clone(), false, false); // [b, nc, h, C, V]
+    let w = product_of(t, k.clone() * (beta * gamma_exp.clone()), false, false); // [b, nc, h, C, K]
+    let qk = product_of(q.clone(), k.clone(), false, true) * decay; // [b, nc, h, C, C]
     let q_decayed = q * gamma_exp;
     let last = gamma.clone().narrow(3, chunk - 1, 1); // [b, nc, h, 1]
     let k_to_end = k * column(last.clone() - gamma).exp(); // [b, nc, h, C, K]

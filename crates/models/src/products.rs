@@ -121,17 +121,19 @@ pub(crate) fn cublas_async() -> bool {
 /// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where cuBLAS is
 /// chosen (the transpositions passed to cuBLAS, no copy made), else burn's product of the
 /// (transposed) operands: how `mixed::product` multiplies an `f32` `Linear`'s rows by its
-/// weight, and the fused losses their head's.
+/// weight, the fused losses their head's, and the recurrent families' chunked scans their
+/// chunks'. Operands whose leading dimensions differ (burn broadcasts them; the operation does
+/// not) take burn's product whatever the setting.
 ///
 /// # Shapes
-/// - as [`ProductOps::product`]
+/// - as [`ProductOps::product`], or leading dimensions burn's product broadcasts
 pub fn product_of<const D: usize>(
     a: Tensor<D>,
     b: Tensor<D>,
     transpose_a: bool,
     transpose_b: bool,
 ) -> Tensor<D> {
-    if !cublas_chosen() {
+    if !cublas_chosen() || a.dims()[..D - 2] != b.dims()[..D - 2] {
         let a = if transpose_a { a.transpose() } else { a };
         let b = if transpose_b { b.transpose() } else { b };
         return a.matmul(b);
@@ -625,6 +627,31 @@ mod tests {
                 assert_close(&grad_of(true), &grad_of(false), &what);
             }
         }
+    }
+
+    /// One tensor as both operands (`k kᵀ`, as Gated DeltaNet's chunks multiply): its gradient
+    /// is the sum of both operands' gradients, burn's.
+    #[test]
+    fn one_tensor_as_both_operands_gets_both_gradients() {
+        let device = Device::flex().autodiff();
+        let k = filled([2, 5, 7], 0.5, &device);
+        let r = filled([2, 5, 5], 2.5, &device);
+        let grad_of = |by_op: bool| {
+            let k = k.clone().require_grad();
+            let out = if by_op {
+                Tensor::<3>::from_dispatch(<Dispatch as ProductOps>::product(
+                    k.clone().into_dispatch(),
+                    k.clone().into_dispatch(),
+                    false,
+                    true,
+                ))
+            } else {
+                k.clone().matmul(k.clone().transpose())
+            };
+            let grads = (out * r.clone()).sum().backward();
+            values(k.grad(&grads).expect("tracked"))
+        };
+        assert_close(&grad_of(true), &grad_of(false), "k kᵀ");
     }
 
     /// On `cube-cpu` the product is one operation fusion records (its output's shape from

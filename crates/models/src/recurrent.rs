@@ -19,6 +19,7 @@ use burn::tensor::Distribution;
 
 use crate::causal_conv::causal_conv;
 use crate::config::Scan;
+use crate::products::product_of;
 use crate::split::split_array;
 
 /// Depthwise causal 1-d convolution over the channels of `[batch, seq, channels]` with zero
@@ -259,8 +260,8 @@ pub fn scalar_decay_chunked(
         .expand([batch, n_chunks, heads, chunk, n_queries, chunk, n_keys])
         .reshape([batch, n_chunks, heads, chunk * n_queries, chunk * n_keys]);
     // With shared queries and keys their product is one per chunk, weighted per head here.
-    let scores = q.clone().matmul(k.clone().swap_dims(3, 4)) * decay;
-    let intra = scores.matmul(v.clone()); // [b, nc, h, chunk·R, P]
+    let scores = product_of(q.clone(), k.clone(), false, true) * decay;
+    let intra = product_of(scores, v.clone(), false, false); // [b, nc, h, chunk·R, P]
 
     // Each chunk's own contribution to the state at its end: Σ_j exp(c_last − c_j) v_j k_jᵀ.
     let last = cum.clone().narrow(3, chunk - 1, 1); // [b, nc, h, 1]
@@ -269,14 +270,14 @@ pub fn scalar_decay_chunked(
         .reshape([batch, n_chunks, heads, chunk, 1])
         .expand([batch, n_chunks, heads, chunk, n_keys])
         .reshape([batch, n_chunks, heads, chunk * n_keys, 1]);
-    let chunk_states = (v * to_end).swap_dims(3, 4).matmul(k); // [b, nc, h, P, N]
+    let chunk_states = product_of(v * to_end, k, true, false); // [b, nc, h, P, N]
     let starts = chunk_start_states(chunk_states, last.reshape([batch, n_chunks, heads]));
     let from_start: Tensor<5> = cum
         .exp()
         .reshape([batch, n_chunks, heads, chunk, 1])
         .expand([batch, n_chunks, heads, chunk, n_queries])
         .reshape([batch, n_chunks, heads, chunk * n_queries, 1]);
-    let inter = q.matmul(starts.swap_dims(3, 4)) * from_start; // [b, nc, h, chunk·R, P]
+    let inter = product_of(q, starts, false, true) * from_start; // [b, nc, h, chunk·R, P]
     let y = (intra + inter)
         .reshape([batch, n_chunks, heads, chunk, n_queries * p])
         .swap_dims(2, 3)

@@ -19,6 +19,7 @@ use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_l
 use crate::hidden::Tap;
 use crate::mixed;
 use crate::model::StateModel;
+use crate::products::product_of;
 use crate::rms_norm::rms_norm;
 use crate::split::{split_array, windows_array};
 
@@ -427,7 +428,7 @@ fn chunked_block(m: Tensor<5>, c: Tensor<3>, y0: Tensor<2>, chunks: Chunks) -> T
         .reshape([batch, n_chunks, 1, n_blocks * b, 1])
         .expand([batch, n_chunks, chunk, n_blocks * b, 1])
         .reshape([batch, chunks.padded(), n_blocks, b, 1]);
-    let out = pm.matmul(starts) + pc; // [batch, padded, n_blocks, b, 1]
+    let out = product_of(pm, starts, false, false) + pc; // [batch, padded, n_blocks, b, 1]
     let [out] = split_array(out.reshape([batch, chunks.padded(), d]), 1, &[seq]);
     out
 }
