@@ -11,7 +11,7 @@
 //! transposition of the last two dimensions or none; dimensions before those a batch) as one
 //! differentiable operation, and [`product_of`] (tensors) and [`backend_product`] (a backend's
 //! primitives, inside another operation) the choice between it and burn's product: on CUDA
-//! with cuBLAS chosen by `cublasSgemm` or `cublasSgemmStridedBatched` in TF32
+//! with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32
 //! (`products/cublas.rs`), elsewhere by burn's product of the (transposed) operands. Its
 //! backward pass is two such products (with `g` the output's gradient):
 //!
@@ -72,7 +72,7 @@ pub enum Products {
     /// burn's products: cubecl's kernels on cubecl's devices.
     #[default]
     Cubecl,
-    /// cuBLAS's `cublasSgemm` in TF32, on device `cuda`, ordered by host waits.
+    /// cuBLAS's products in TF32, on device `cuda`, ordered by host waits.
     Cublas,
     /// The same products ordered on the GPU by flags in device memory, the host never waiting
     /// (`products/flags.rs`).
@@ -228,8 +228,8 @@ pub(crate) fn output_shape(a: &[usize], sizes: Sizes) -> burn::backend::Shape {
     burn::backend::Shape::from(dims)
 }
 
-/// One cuBLAS call's arguments for `c = op(a) · op(b)` with row-major operands: `cublasSgemm`
-/// for one product, `cublasSgemmStridedBatched` for a batch of them.
+/// One `cublasSgemmStridedBatched` call's arguments for `c = op(a) · op(b)` with row-major
+/// operands, a batch of one or more products.
 ///
 /// cuBLAS reads matrices column by column, and a row-major `[r, c]` matrix read so is its
 /// transpose, `[c, r]` with leading dimension `c`. So the call computes `cᵀ = op(b)ᵀ · op(a)ᵀ`:

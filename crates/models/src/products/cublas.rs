@@ -1,5 +1,5 @@
 //! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
-//! through cubecl's client, `cublasSgemm` in TF32 on a stream of its own, ordered against
+//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 on a stream of its own, ordered against
 //! cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by flags in device
 //! memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the product's stream waits
 //! for (`cuStreamWaitValue32`), the product's stream writes one when done
@@ -320,7 +320,8 @@ impl Blas {
         Ok(blas)
     }
 
-    /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream.
+    /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream: one call of
+    /// `cublasSgemmStridedBatched` (a batch of one for a `Linear`'s product).
     ///
     /// # Safety
     /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes (`gemm.batch` of each,
@@ -341,25 +342,6 @@ impl Blas {
         unsafe {
             driver::ctx::set_current(self.context)
                 .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-            if gemm.batch == 1 {
-                return blas::sgemm(
-                    self.handle,
-                    op(gemm.transpose_first),
-                    op(gemm.transpose_second),
-                    int(gemm.m)?,
-                    int(gemm.n)?,
-                    int(gemm.k)?,
-                    &alpha,
-                    b as *const f32,
-                    int(gemm.ld_first)?,
-                    a as *const f32,
-                    int(gemm.ld_second)?,
-                    &beta,
-                    c as *mut f32,
-                    int(gemm.ld_out)?,
-                )
-                .map_err(|e| format!("cublasSgemm: {e:?}"));
-            }
             blas::sgemm_strided_batched(
                 self.handle,
                 op(gemm.transpose_first),
