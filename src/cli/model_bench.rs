@@ -77,8 +77,8 @@ pub struct BenchArgs {
     /// blocks (crates/models/src/column_sums.rs).
     #[arg(long)]
     column_sums: Option<ColumnSums>,
-    /// Who multiplies the `Linear`s' and the training attention's matrices: cubecl's kernels
-    /// (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against cubecl's kernels by host
+    /// Who multiplies the `Linear`s', the training attention's and the chunked scans' matrices:
+    /// cubecl's kernels (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against cubecl's kernels by host
     /// waits around each call (`cublas`) or by flags the GPU waits on (`cublas-async`);
     /// default: CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
     #[arg(long)]

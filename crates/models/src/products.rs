@@ -2,9 +2,10 @@
 //! the default) or NVIDIA's cuBLAS, so that one build can time the two against each other.
 //!
 //! Every `Linear` of the models is one `[rows, d_in] · [d_in, d_out]` product forward and two
-//! backward (`mixed::product`), and the transformer's training attention four batches of
-//! products over `[batch, heads]` (`attention.rs`: `q kᵀ` and `P v` forward, two pairs
-//! backward). On an H200, cubek-matmul's fastest product ran at about 7 × 10¹³ operations/s
+//! backward (`mixed::product`); the transformer's training attention makes six batches of
+//! products over `[batch, heads]` a layer (`attention.rs`: `q kᵀ` and `P v` forward, four
+//! backward), and the recurrent families' chunked scans batches over `[batch, chunks, heads]`
+//! (`recurrent.rs`, `gdn.rs`, `slice.rs`). On an H200, cubek-matmul's fastest product ran at about 7 × 10¹³ operations/s
 //! (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32 tensor-core rate cuBLAS
 //! reaches for the reference's PyTorch, and at d512 the transformer's products alone come to
 //! about the reference's whole step. [`ProductOps::product`] is `op(a) · op(b)` (`op` a
@@ -34,7 +35,7 @@
 //! | value | products |
 //! |---|---|
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
-//! | `cublas` | cuBLAS's, TF32, for the `f32` `Linear`s and training attention on device `cuda`, ordered by host waits |
+//! | `cublas` | cuBLAS's, TF32, for the `f32` products of the `Linear`s, the training attention and the chunked scans on device `cuda`, ordered by host waits |
 //! | `cublas-async` | the same, ordered on the GPU by flags (`products/flags.rs`) |
 //!
 //! `cube-cpu` refuses either `cublas` when its device is made, and `cwm model bench
@@ -66,7 +67,7 @@ pub const PRODUCTS_VAR: &str = "CWM_PRODUCTS";
 /// The process's setting (the module docs).
 pub static PRODUCTS: ProcessSetting<Products> = ProcessSetting::new(PRODUCTS_VAR);
 
-/// Who multiplies the `Linear`s' and the training attention's matrices.
+/// Who multiplies the `Linear`s', the training attention's and the chunked scans' matrices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Products {
     /// burn's products: cubecl's kernels on cubecl's devices.

@@ -95,8 +95,9 @@ pub(crate) fn check_library() -> Result<(), String> {
     if unsafe { blas_sys::is_culib_present() } {
         return Ok(());
     }
+    let setting = super::PRODUCTS.chosen().unwrap_or(super::Products::Cublas);
     Err(format!(
-        "CWM_PRODUCTS=cublas: cuBLAS's library (libcublas.so) is not found (looked for {:?} \
+        "CWM_PRODUCTS={setting}: cuBLAS's library (libcublas.so) is not found (looked for {:?} \
          in LD_LIBRARY_PATH and the loader's cache); add the folder holding it (the CUDA \
          toolkit's lib64, or the `nvidia/cu*/lib` of PyTorch's packages) to LD_LIBRARY_PATH, or \
          leave the products to cubecl",
