@@ -5,14 +5,14 @@
 //! backward (`mixed::product`); the transformer's training attention makes six batches of
 //! products over `[batch, heads]` a layer (`attention.rs`: `q kᵀ` and `P v` forward, four
 //! backward), and the recurrent families' chunked scans batches over `[batch, chunks, heads]`
-//! (`recurrent.rs`, `gdn.rs`, `slice.rs`). On an H200, cubek-matmul's fastest product ran at about 7 × 10¹³ operations/s
-//! (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32 tensor-core rate cuBLAS
-//! reaches for the reference's PyTorch, and at d512 the transformer's products alone come to
-//! about the reference's whole step. [`ProductOps::product`] is `op(a) · op(b)` (`op` a
-//! transposition of the last two dimensions or none; dimensions before those a batch) as one
-//! differentiable operation, and [`product_of`] (tensors) and [`backend_product`] (a backend's
-//! primitives, inside another operation) the choice between it and burn's product: on CUDA
-//! with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32
+//! (`recurrent.rs`, `gdn.rs`, `slice.rs`). On an H200, cubek-matmul's fastest product ran at
+//! about 7 × 10¹³ operations/s (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32
+//! tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
+//! products alone come to about the reference's whole step. [`ProductOps::product`] is
+//! `op(a) · op(b)` (`op` a transposition of the last two dimensions or none; dimensions before
+//! those a batch) as one differentiable operation, and [`product_of`] (tensors) and
+//! [`backend_product`] (a backend's primitives, inside another operation) the choice between it
+//! and burn's product: on CUDA with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32
 //! (`products/cublas.rs`), elsewhere by burn's product of the (transposed) operands. Its
 //! backward pass is two such products (with `g` the output's gradient):
 //!
@@ -149,15 +149,19 @@ pub fn product_of<const D: usize>(
 }
 
 /// [`product_of`] on a backend's primitives, for code inside a backend operation (the
-/// training attention's): [`ProductOps::product`] where cuBLAS is chosen, else burn's
-/// product, which fusion may fuse with the operations around it.
+/// training attention's): [`ProductOps::product`] where cuBLAS is chosen and the leading
+/// dimensions agree, else burn's product, which fusion may fuse with the operations around it.
 pub(crate) fn backend_product<B: ProductOps>(
     a: FloatTensor<B>,
     b: FloatTensor<B>,
     transpose_a: bool,
     transpose_b: bool,
 ) -> FloatTensor<B> {
-    if cublas_chosen() {
+    let leading = |t: &FloatTensor<B>| {
+        let dims = burn::backend::TensorMetadata::shape(t).as_slice().to_vec();
+        dims[..dims.len().saturating_sub(2)].to_vec()
+    };
+    if cublas_chosen() && leading(&a) == leading(&b) {
         B::product(a, b, transpose_a, transpose_b)
     } else {
         product_by_ops::<B>(a, b, transpose_a, transpose_b)

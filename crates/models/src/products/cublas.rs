@@ -1,9 +1,9 @@
 //! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
-//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 on a stream of its own, ordered against
-//! cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by flags in device
-//! memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the product's stream waits
-//! for (`cuStreamWaitValue32`), the product's stream writes one when done
-//! (`cuStreamWriteValue32`) that a one-unit kernel on cubecl's stream waits for.
+//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 on a stream of its own,
+//! ordered against cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by
+//! flags in device memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the
+//! product's stream waits for (`cuStreamWaitValue32`), the product's stream writes one when
+//! done (`cuStreamWriteValue32`) that a one-unit kernel on cubecl's stream waits for.
 //!
 //! With flags, the first product of each call (sizes and transpositions) a thread makes is still
 //! ordered by host waits: CUDA loads a kernel's module at its first launch and may wait for the
