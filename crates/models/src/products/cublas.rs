@@ -5,11 +5,18 @@
 //! product's stream waits for (`cuStreamWaitValue32`), the product's stream writes one when
 //! done (`cuStreamWriteValue32`) that a one-unit kernel on cubecl's stream waits for.
 //!
-//! With flags, the first product of each call (sizes and transpositions) a thread makes is still
-//! ordered by host waits: CUDA loads a kernel's module at its first launch and may wait for the
-//! device to be idle to do so, which a kernel spinning on a flag would never let it be. The
-//! flags' "gave up" word is read back after a thread's first, second, fourth, … flagged call
-//! and every [`CHECK_EVERY`] calls from the thousandth on ([`check_after`]).
+//! With flags, every wait either stream is given depends only on work the GPU has been given
+//! already, so that a call that waits for the whole device (CUDA's loading of a kernel at its
+//! first launch may, and so does freeing memory) cannot wait on a flag whose writer is still
+//! queued on the host: cubecl's kernels are launched by its device thread, so before the
+//! products' stream is told to wait for the signal kernel, this thread waits for the device
+//! thread to have launched it (an empty task run there, `exclusive`: a wait for the host's
+//! queue, not the GPU's); the waiting kernel is queued after the products' stream has been
+//! given the calls and the write it waits for. On top of that, a thread's first call of each
+//! kind (sizes and transpositions) is still ordered by host waits, and the two flag kernels are
+//! run once when the buffer is made, so that no kernel they involve is loaded while anything
+//! spins. The flags' "gave up" word is read back after a thread's first, second, fourth, …
+//! flagged call and every [`CHECK_EVERY`] calls from the thousandth on ([`check_after`]).
 //!
 //! The library is loaded at run time (cudarc's dynamic loading): `libcublas.so` from the CUDA
 //! toolkit or PyTorch's `nvidia` packages, found through `LD_LIBRARY_PATH` or the loader's
@@ -502,6 +509,14 @@ impl Blas {
         let (epoch, ready, done) = (flags.epoch, flags.at(READY), flags.at(DONE));
         let check = check_after(flags.calls);
         flags::signal(&flags.words, epoch);
+        // The device thread launches what this thread queues; once it has run this empty task
+        // it has launched the signal too, so the wait queued below depends only on work the
+        // GPU has been given (the module docs).
+        flags
+            .words
+            .client
+            .exclusive(|| ())
+            .map_err(|e| format!("waiting for cubecl's device thread: {e:?}"))?;
         // SAFETY: `ready` and `done` are words of the flags' buffer, held for the thread's life
         // on this device; the calls run after cubecl's stream has written `ready` (so after the
         // operands' writes, queued before it), and cubecl's stream reads nothing of theirs before
