@@ -134,18 +134,8 @@ pub fn product_of<const D: usize>(
     transpose_a: bool,
     transpose_b: bool,
 ) -> Tensor<D> {
-    if !cublas_chosen() || a.dims()[..D - 2] != b.dims()[..D - 2] {
-        let a = if transpose_a { a.transpose() } else { a };
-        let b = if transpose_b { b.transpose() } else { b };
-        return a.matmul(b);
-    }
     let (a, b) = (a.into_dispatch(), b.into_dispatch());
-    Tensor::<D>::from_dispatch(<Dispatch as ProductOps>::product(
-        a,
-        b,
-        transpose_a,
-        transpose_b,
-    ))
+    Tensor::<D>::from_dispatch(backend_product::<Dispatch>(a, b, transpose_a, transpose_b))
 }
 
 /// [`product_of`] on a backend's primitives, for code inside a backend operation (the
@@ -225,11 +215,11 @@ pub(crate) fn sizes(
     })
 }
 
-/// The output's shape: the leading dimensions, then `[m, n]`.
+/// The output's shape: `a`'s leading dimensions, then `[m, n]`.
 #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
-pub(crate) fn output_shape(a: &[usize], sizes: Sizes) -> burn::backend::Shape {
+pub(crate) fn output_shape(a: &[usize], m: usize, n: usize) -> burn::backend::Shape {
     let mut dims = a[..a.len() - 2].to_vec();
-    dims.extend([sizes.m, sizes.n]);
+    dims.extend([m, n]);
     burn::backend::Shape::from(dims)
 }
 
@@ -311,7 +301,7 @@ fn product_spec(
     let (a_dims, b_dims) = (a.shape.as_slice(), b.shape.as_slice());
     let sizes = sizes(a_dims, b_dims, *transpose_a, *transpose_b)
         .unwrap_or_else(|reason| panic!("{reason}"));
-    burn::backend::fusion::custom::TensorSpec::new(output_shape(a_dims, sizes), a.dtype)
+    burn::backend::fusion::custom::TensorSpec::new(output_shape(a_dims, sizes.m, sizes.n), a.dtype)
 }
 
 /// `op(a) · op(b)` by burn's operations: a transposition is a view, the product burn's.

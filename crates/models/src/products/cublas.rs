@@ -42,7 +42,7 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::flags::{self, DONE, GAVE_UP, READY};
-use super::{Gemm, cublas_async, cublas_chosen, dims_of, output_shape, product_by_ops, sizes};
+use super::{Gemm, cublas_async, cublas_chosen, dims_of, output_shape, product_by_ops};
 
 /// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
 type CudaServer = <CudaRuntime as Runtime>::Server;
@@ -151,13 +151,13 @@ pub(super) fn products<const N: usize>(
     let jobs = operands.map(|(a, b, ta, tb)| {
         let (a, b) = (into_contiguous(a), into_contiguous(b));
         let (a_dims, b_dims) = (dims_of(&a), dims_of(&b));
-        let (gemm, sizes) = Gemm::of(&a_dims, &b_dims, ta, tb)
-            .and_then(|gemm| Ok((gemm, sizes(&a_dims, &b_dims, ta, tb)?)))
+        let gemm = Gemm::of(&a_dims, &b_dims, ta, tb)
             .unwrap_or_else(|reason| panic!("cuBLAS's product: {reason}"));
         let out = empty_device_contiguous_dtype(
             a.client.clone(),
             a.device.clone(),
-            output_shape(&a_dims, sizes),
+            // cuBLAS's `m` and `n` are the output's columns and rows (`Gemm`).
+            output_shape(&a_dims, gemm.n, gemm.m),
             DType::F32,
         );
         Job { a, b, gemm, out }
