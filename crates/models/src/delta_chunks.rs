@@ -24,7 +24,8 @@
 //! dS_c    = α_c dS_{c+1} + Q̃_cᵀ dO_c − W_cᵀ du_c
 //! ```
 //!
-//! and the inputs' gradients are then products over all chunks at once:
+//! and the inputs' gradients are then products over all chunks at once (cuBLAS's where the
+//! process chose it, [`crate::products`]):
 //!
 //! ```text
 //! dŨ = du,   dW = −du Sᵀ,   dQ̃ = dO Sᵀ,   dQK = dO uᵀ,   dK̃ = u dS_nextᵀ,   dα = Σ dS_next ∘ S
@@ -56,6 +57,8 @@ use burn::backend::{
     AutodiffBackend, Backend, Dispatch, Shape, Slice, TensorMetadata, backend_extension,
 };
 use burn::prelude::*;
+
+use crate::products::{ProductOps, backend_product};
 
 /// Each chunk's inputs to the passage from chunk to chunk, all chunks at once (the module
 /// docs); `C` is the chunk size, `K` and `V` the key and value widths.
@@ -166,11 +169,6 @@ fn unchunk<B: Backend>(chunks: Vec<FloatTensor<B>>) -> FloatTensor<B> {
 /// `Aᵀ B` of two tensors (batched over all but the last two dimensions).
 fn t_matmul<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
     B::float_matmul(B::float_transpose(a), b)
-}
-
-/// `A Bᵀ` of two tensors (batched over all but the last two dimensions).
-fn matmul_t<B: Backend>(a: FloatTensor<B>, b: FloatTensor<B>) -> FloatTensor<B> {
-    B::float_matmul(a, B::float_transpose(b))
 }
 
 /// The loop of the module docs by tensor operations, in the operations (and their order) of
@@ -369,7 +367,7 @@ impl<B: Backend> Saved<B> {
 
 /// The six inputs' gradients (in [`ChunkInputs`]' order) from the outputs', `grad`, each only
 /// where `wanted`, given the inputs the backward pass reads, every chunk's start state and `u`.
-fn gradients<B: Backend + DeltaChunkOps>(
+fn gradients<B: Backend + DeltaChunkOps + ProductOps>(
     (saved, states, u): (Saved<B>, FloatTensor<B>, FloatTensor<B>),
     grad: FloatTensor<B>,
     wanted: [bool; 6],
@@ -377,12 +375,16 @@ fn gradients<B: Backend + DeltaChunkOps>(
     let [w, q_decayed, qk, k_to_end, alpha] = saved.into_inputs();
     let (grad_u, grad_next) =
         B::delta_chunk_backward(grad.clone(), w, q_decayed, qk, k_to_end, alpha);
+    // `x yᵀ` over all chunks at once, by cuBLAS where the process chose it.
+    let times_t = |x: &FloatTensor<B>, y: &FloatTensor<B>| {
+        backend_product::<B>(x.clone(), y.clone(), false, true)
+    };
     let gradient = |i: usize| match i {
         0 => grad_u.clone(),
-        1 => B::float_neg(matmul_t::<B>(grad_u.clone(), states.clone())),
-        2 => matmul_t::<B>(grad.clone(), states.clone()),
-        3 => matmul_t::<B>(grad.clone(), u.clone()),
-        4 => matmul_t::<B>(u.clone(), grad_next.clone()),
+        1 => B::float_neg(times_t(&grad_u, &states)),
+        2 => times_t(&grad, &states),
+        3 => times_t(&grad, &u),
+        4 => times_t(&u, &grad_next),
         _ => {
             let products = B::float_mul(grad_next.clone(), states.clone());
             B::float_sum_dim(B::float_sum_dim(products, 4), 3)
@@ -395,7 +397,7 @@ fn gradients<B: Backend + DeltaChunkOps>(
 #[derive(Debug)]
 struct ChunkBackward;
 
-impl<B: Backend + DeltaChunkOps> Backward<B, 6> for ChunkBackward {
+impl<B: Backend + DeltaChunkOps + ProductOps> Backward<B, 6> for ChunkBackward {
     type State = (Saved<B>, FloatTensor<B>, FloatTensor<B>);
 
     fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -413,7 +415,9 @@ impl<B: Backend + DeltaChunkOps> Backward<B, 6> for ChunkBackward {
     }
 }
 
-impl<B: Backend + DeltaChunkOps, C: CheckpointStrategy> DeltaChunkOps for Autodiff<B, C> {
+impl<B: Backend + DeltaChunkOps + ProductOps, C: CheckpointStrategy> DeltaChunkOps
+    for Autodiff<B, C>
+{
     fn delta_chunk_recurrence(
         u_tilde: FloatTensor<Self>,
         w: FloatTensor<Self>,
