@@ -66,7 +66,8 @@
 #
 # Eight files at most go to $OUT (what a lent machine sends back; target/gpu-session without
 # one), each under 16 MiB: summary.txt (the machine, then each step: what ran and what the time
-# cut, the caches' sizes), tables.md (each step's table under its name), compare.log (the
+# cut, the caches' sizes), tables.md (each step's tables under its name: the figures, then each
+# phase of a step on both sides, compare_stacks.py's "where a step's time goes"), compare.log (the
 # reference stack's installation, then each step's progress and every process's wall time),
 # compare-stacks.jsonl (every process's line), profile.md (both stacks' tables of a step's
 # kernels), profile-logs.tar.xz (cubecl's logs they come from), then the caches, Triton's left

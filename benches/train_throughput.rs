@@ -63,6 +63,8 @@ fn cwm_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
     let mut options = ThroughputOptions::new(ModelConfig::new(family, s.size), &s.device);
     (options.batch, options.seq, options.warmup, options.steps) =
         (s.batch, s.seq, s.warmup, s.steps);
+    // Tokens per second alone: no steps by phases after the timed ones.
+    options.phase_steps = 0;
     let figures = measure(&options).map_err(|e| e.to_string())?;
     Ok(Figure {
         tokens_per_s: figures.tokens_per_s,
@@ -109,6 +111,8 @@ fn torch_throughput(family: Family, s: &Settings) -> Result<Figure, String> {
         s.threads.to_string(),
         "--device".to_owned(),
         s.device.clone(),
+        "--phase-steps".to_owned(),
+        "0".to_owned(),
     ];
     let out = Command::new("python3")
         .arg(&script)

@@ -14,7 +14,11 @@ median over rounds of its per-process medians; the ratio is cwm's over PyTorch's
 cwm is at least as fast). Memory: the most cwm's allocator held after any step, and PyTorch's
 ``max_memory_reserved`` (with ``max_memory_allocated`` in brackets); blank on the CPU.
 
-The markdown table goes to stdout, progress to stderr (each process's wall time included);
+Both sides run a few more steps after the timed ones that wait for the device after each phase
+(``phase_s``: forward pass and loss, backward pass, update); a second table, after the first,
+puts each phase's median beside the other side's: where a step's time goes.
+
+The markdown tables go to stdout, progress to stderr (each process's wall time included);
 ``--json-out`` appends every process's own JSON line with its ``side``, ``round`` and ``cell``
 (the settings that identify the measurement). A cell that fails (a library missing, a
 non-finite loss, out of memory, a process past ``--timeout``) is reported in its row with the
@@ -430,6 +434,54 @@ COLUMNS = [
 ]
 
 
+# A step's phases, as both sides' ``phase_s`` name them, and the phase table's words for them.
+PHASES = [("forward_s", "forward and loss"), ("backward_s", "backward"), ("update_s", "update")]
+
+
+def phase_seconds(lines, phase):
+    """The median over rounds of a side's median over its steps by phases of ``phase``;
+    ``None`` when a round has no such steps (a binary or script from before them, or
+    ``--phase-steps 0``)."""
+    medians = [
+        statistics.median(p[phase] for p in f["phase_s"]) if f.get("phase_s") else None
+        for f in lines
+    ]
+    return None if not medians or None in medians else statistics.median(medians)
+
+
+def phase_table(measured):
+    """Where a step's time goes on both sides: per cell of ``measured`` ((arch, size,
+    figures)), each phase's seconds on each side and PyTorch's over cwm's; empty when no cell
+    has both sides' phases."""
+    rows = []
+    for arch, size, figures in measured:
+        cells = []
+        for phase, _ in PHASES:
+            ours, theirs = (phase_seconds(figures[side], phase) for side in ("cwm", "torch"))
+            if ours is None or theirs is None:
+                break
+            ratio = f"{theirs / ours:.2f}×" if ours > 0 else ""
+            cells.append(f"{1000 * ours:,.1f} | {1000 * theirs:,.1f} | {ratio}")
+        if len(cells) == len(PHASES):
+            rows.append(f"| {arch} | {size} | " + " | ".join(cells) + " |")
+    if not rows:
+        return ""
+    columns = ["family", "size"] + [
+        f"{words}, {who}" for _, words in PHASES for who in ("cwm ms", "PyTorch ms", "ratio")
+    ]
+    return "\n".join(
+        [
+            "Where a step's time goes: steps after the timed ones, each phase ended by a wait for "
+            "the device (medians over those steps, then rounds); the ratio is PyTorch's time over "
+            "cwm's (≥ 1.0× means cwm's phase is at least as fast)",
+            "",
+            "| " + " | ".join(columns) + " |",
+            "|---|---|" + "---:|" * (len(columns) - 2),
+            *rows,
+        ]
+    )
+
+
 def note_row(arch, size, text):
     """A cell's row that holds only a note (not run, failed), the other columns blank."""
     return f"| {arch} | {size} | {text} |" + "  |" * (len(COLUMNS) - 3)
@@ -513,11 +565,13 @@ def main():
             table, status = prewarm_table(args, results)
             print(table)
             sys.exit(status)
-    lines, failed, not_run = [header(args)], 0, 0
+    lines, failed, not_run, measured = [header(args)], 0, 0, []
     for arch, size in cells:
         clock.check_a_cell_fits()
         try:
-            lines.append(row(arch, size, measure_cell(args, arch, size, sink, clock, earlier)))
+            figures = measure_cell(args, arch, size, sink, clock, earlier)
+            lines.append(row(arch, size, figures))
+            measured.append((arch, size, figures))
         except OutOfBudget:
             not_run += 1
             lines.append(note_row(arch, size, "not run: the time budget ran out"))
@@ -533,7 +587,8 @@ def main():
             "run again with --resume to go on",
             file=sys.stderr,
         )
-    print("\n".join(lines))
+    phases = phase_table(measured)
+    print("\n".join(lines + (["", phases] if phases else [])))
     sys.exit(1 if failed else 3 if not_run else 0)
 
 

@@ -29,6 +29,10 @@ CPU by their own CPU time) to FILE: the reference's side of cwm's kernel profile
 (``CWM_KERNEL_PROFILE``, ``kernel_profile.py``). The timed steps' figures are then the
 profiled ones, slower than without.
 
+After the timed steps, ``--phase-steps`` more (3 by default) wait for the device after each of
+their phases, the forward pass with the loss, the backward pass, and clipping with the update
+and its read-backs: their seconds are the JSON's ``phase_s``, as ``cwm model bench``'s.
+
 Prints one JSON object with ``tokens_per_s``, ``median_step_s``, ``step_s``, the settings, and
 on a GPU ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (PyTorch's allocator's peaks
 over the warm-up and timed steps; ``null`` on the CPU). A step ends when its last read-back is
@@ -91,21 +95,27 @@ def forward_loss(model, optim, batch, autocast):
         return models.state_loss(model(moves), targets, valid)
 
 
-def lean_step(model, optim, batch, autocast):
-    """Returns the loss; the loss and the gradient norm are read back at the end."""
+def lean_step(model, optim, batch, autocast, mark=lambda: None):
+    """Returns the loss; the loss and the gradient norm are read back at the end. ``mark`` is
+    called after the forward pass and after the backward pass (``Phases``)."""
     loss = forward_loss(model, optim, batch, autocast)
+    mark()
     loss.backward()
+    mark()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optim.step()
     return loss.item() + 0.0 * grad_norm.item()
 
 
-def reference_step(model, optim, batch, autocast):
-    """Returns the loss; reads back as the reference's loop does (spec D.1 steps 5 and 7)."""
+def reference_step(model, optim, batch, autocast, mark=lambda: None):
+    """Returns the loss; reads back as the reference's loop does (spec D.1 steps 5 and 7).
+    ``mark`` as ``lean_step``'s."""
     loss = forward_loss(model, optim, batch, autocast)
     if not torch.isfinite(loss.detach()).item():
         return float("nan")
+    mark()
     loss.backward()
+    mark()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     if not math.isfinite(float(grad_norm)):
         return float("nan")
@@ -113,6 +123,36 @@ def reference_step(model, optim, batch, autocast):
     if any(not torch.isfinite(p).all() for p in model.parameters()):
         return float("nan")
     return loss.item()
+
+
+class Phases:
+    """A step's three phases (the forward pass with the loss, the backward pass, clipping with
+    the update and its read-backs), each ended by a wait for the device: as cwm's
+    ``phase_s``."""
+
+    def __init__(self, device):
+        self.device = device
+        self.marks = []
+
+    def mark(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.marks.append(time.perf_counter())
+
+    def step(self, step, *step_args):
+        """Runs ``step`` with marks between its phases; returns its loss and its phases'
+        seconds."""
+        self.marks = [time.perf_counter()]
+        loss = step(*step_args, mark=self.mark)
+        self.mark()
+        if len(self.marks) != 4:  # a non-finite loss returned before the update
+            return loss, None
+        start, forward, backward, end = self.marks
+        return loss, {
+            "forward_s": forward - start,
+            "backward_s": backward - forward,
+            "update_s": end - backward,
+        }
 
 
 class Profiler:
@@ -148,6 +188,12 @@ def main():
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--phase-steps",
+        type=int,
+        default=3,
+        help="steps after the timed ones that wait for the device after each phase",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--stack", choices=("eager", "reference"), default="eager")
@@ -155,8 +201,10 @@ def main():
     parser.add_argument("--profile", type=Path, help="torch.profiler's table of the timed steps here")
     parser.add_argument("--profile-rows", type=int, default=40, help="operators in that table")
     args = parser.parse_args()
-    if min(args.batch, args.seq, args.steps) < 1 or args.warmup < 0:
-        sys.exit("--batch, --seq and --steps must be positive, --warmup not negative")
+    if min(args.batch, args.seq, args.steps) < 1 or min(args.warmup, args.phase_steps) < 0:
+        sys.exit(
+            "--batch, --seq and --steps must be positive, --warmup and --phase-steps not negative"
+        )
     step_protocol = args.step or ("reference" if args.stack == "reference" else "lean")
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -186,6 +234,12 @@ def main():
             times.append(seconds)
     if profiler:
         profiler.write(args)
+    last_loss, phase_s, phases = loss, [], Phases(device)
+    for index in range(args.warmup + args.steps, args.warmup + args.steps + args.phase_steps):
+        loss, figures = phases.step(step, model, optim, batch, autocast)
+        if figures is None or not math.isfinite(loss):
+            sys.exit(f"the loss, gradient norm or a parameter is not finite at step {index}")
+        phase_s.append(figures)
     median = statistics.median(times)
     on_gpu = device.type == "cuda"
     print(
@@ -204,7 +258,8 @@ def main():
                 "tokens_per_s": args.batch * args.seq / median,
                 "median_step_s": median,
                 "step_s": times,
-                "last_loss": loss,
+                "last_loss": last_loss,
+                "phase_s": phase_s,
                 "steps": args.steps,
                 "profiled": bool(profiler),
                 "threads": torch.get_num_threads(),

@@ -15,7 +15,7 @@ use cwm_models::products::{PRODUCTS, Products};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
 };
-use cwm_stage_train::throughput::{Throughput, ThroughputOptions, measure};
+use cwm_stage_train::throughput::{Phases, Throughput, ThroughputOptions, measure};
 
 /// `cwm model bench`.
 #[derive(Args)]
@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Timed steps; the figure is their median.
     #[arg(long, default_value_t = 5)]
     steps: usize,
+    /// Steps after the timed ones that wait for the device after each phase (forward and
+    /// loss, backward, update), to show where a step's time goes; 0 for none.
+    #[arg(long, default_value_t = 3)]
+    phase_steps: usize,
     /// Steps per chunk of a recurrent family's chunked scan (default: the family's
     /// default for the device).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -107,6 +111,7 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     options.update = args.update;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
+    options.phase_steps = args.phase_steps;
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
     }
@@ -152,6 +157,9 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "step_s": figures.step_s,
         "queued_s": figures.queued_s,
         "warmup_s": figures.warmup_s,
+        "phase_s": figures.phase_s.iter().map(|p| serde_json::json!({
+            "forward_s": p.forward_s, "backward_s": p.backward_s, "update_s": p.update_s,
+        })).collect::<Vec<_>>(),
         "last_loss": figures.last_loss,
         "peak_reserved_bytes": figures.peak_reserved_bytes,
     })
@@ -171,6 +179,16 @@ fn sentence(args: &BenchArgs, figures: &Throughput, threads: usize) -> String {
     let first = figures.warmup_s.first().map_or(String::new(), |s| {
         format!("; the first warm-up step took {s:.1} s")
     });
+    let phases = Phases::median_of(&figures.phase_s).map_or(String::new(), |p| {
+        format!(
+            "; by phases, the median of {} step(s) with a barrier after each: forward and \
+             loss {:.4} s, backward {:.4} s, update {:.4} s",
+            figures.phase_s.len(),
+            p.forward_s,
+            p.backward_s,
+            p.update_s
+        )
+    });
     let fusion = match chosen_fusion_blocks() {
         None => String::new(),
         Some(FusionBlocks::Burn) => "; burn's own fusion search".into(),
@@ -182,7 +200,8 @@ fn sentence(args: &BenchArgs, figures: &Throughput, threads: usize) -> String {
     };
     format!(
         "{} {} on {} in {}, {} loss, {} update: {:.0} tokens/s ({:.4} s per step of {} x {} \
-         tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{attention}{first})",
+         tokens, median of {}; {threads} CPU thread(s){chunks}{memory}{fusion}{attention}{first}\
+         {phases})",
         args.arch,
         args.size,
         args.device,

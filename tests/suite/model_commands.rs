@@ -151,6 +151,33 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
     );
 }
 
+/// After the timed steps, steps with a wait after each phase: three by default, none with
+/// `--phase-steps 0`; they come after the timed steps, so the last timed loss is the same
+/// either way (the CPU's steps are bit-identical from run to run).
+#[test]
+fn model_bench_times_each_phase_of_a_few_steps_after_the_timed_ones() {
+    let ws = Workspace::new("model-bench-phases");
+    let args = small_bench("transformer", "2");
+    let figures: serde_json::Value = serde_json::from_str(&ws.ok(&args)).expect("JSON");
+    let phases = figures["phase_s"].as_array().expect("phase_s");
+    assert_eq!(phases.len(), 3, "{figures}");
+    for step in phases {
+        for phase in ["forward_s", "backward_s", "update_s"] {
+            let seconds = step[phase].as_f64().unwrap_or(-1.0);
+            assert!(seconds > 0.0, "{phase} of {step}");
+        }
+    }
+    let none = [&args[..], &["--phase-steps", "0"]].concat();
+    let without: serde_json::Value = serde_json::from_str(&ws.ok(&none)).expect("JSON");
+    assert_eq!(without["phase_s"], serde_json::json!([]), "{without}");
+    assert_eq!(without["last_loss"], figures["last_loss"], "{without}");
+    let sentence = ws.ok(&args[..args.len() - 1]);
+    assert!(
+        sentence.contains("by phases, the median of 3 step(s)") && sentence.contains("update "),
+        "{sentence}"
+    );
+}
+
 /// Runs `compare_stacks.py` on the CPU at a toy shape, two rounds unless `extra` says
 /// otherwise; returns (exit status, stdout, stderr).
 fn compare_stacks(
@@ -266,6 +293,51 @@ fn the_stack_comparison_puts_cwm_beside_the_reference_stack() {
     };
     let expected = (share(cwm_lines[0]) + share(cwm_lines[1])) / 2.0;
     assert_eq!(cells[10], format!("{:.0} %", 100.0 * expected), "{cells:?}");
+    assert_phase_row(&stdout, &lines);
+}
+
+/// The phase table's row for slice_diag in `table`: each phase's milliseconds per side, the
+/// median over `lines`' two rounds of each process's median over its three steps by phases,
+/// and PyTorch's over cwm's.
+fn assert_phase_row(table: &str, lines: &[serde_json::Value]) {
+    let (_, phases) = table
+        .split_once("Where a step's time goes")
+        .unwrap_or_else(|| panic!("no phase table:\n{table}"));
+    let cells = table_row(phases, "slice_diag");
+    for (i, phase) in ["forward_s", "backward_s", "update_s"].iter().enumerate() {
+        let side = |side: &str| {
+            let medians: Vec<f64> = lines
+                .iter()
+                .filter(|l| l["side"] == side)
+                .map(|l| {
+                    let mut v: Vec<f64> = l["phase_s"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| p[phase].as_f64().unwrap())
+                        .collect();
+                    assert_eq!(v.len(), 3, "{l}");
+                    v.sort_by(f64::total_cmp);
+                    v[1]
+                })
+                .collect();
+            (medians[0] + medians[1]) / 2.0
+        };
+        let (ours, theirs) = (side("cwm"), side("torch"));
+        let want = [
+            format!("{:.1}", 1000.0 * ours),
+            format!("{:.1}", 1000.0 * theirs),
+            format!("{:.2}×", theirs / ours),
+        ];
+        assert_eq!(
+            cells[3 + 3 * i..6 + 3 * i]
+                .iter()
+                .map(|c| c.replace(',', ""))
+                .collect::<Vec<_>>(),
+            want,
+            "{phase}: {cells:?}"
+        );
+    }
 }
 
 #[test]
@@ -656,6 +728,7 @@ fn cwm_bench_is_cwm_model_bench_alone() {
         "step_s",
         "queued_s",
         "warmup_s",
+        "phase_s",
     ];
     let untimed = |figures: &serde_json::Value| {
         let mut object = figures.as_object().expect("an object").clone();

@@ -18,6 +18,13 @@
 //! (recording operations, fusion's planning, launches), or the device's queue was full; one far
 //! under it says the device does. On the CPU the operations run as they are recorded, so there
 //! it is their time.
+//!
+//! After the timed steps, `phase_steps` more steps (untimed in the figures above) wait for the
+//! device after each of their three phases: the forward pass with the loss, the backward pass,
+//! and the update with clipping and its read-back ([`Phases`]). Each phase's time is then what
+//! the device took to run it, or the host to record it where the host is slower: where a step's
+//! time goes, at no cost beyond those steps. The barriers keep the host from recording one
+//! phase while the device runs the one before, so the three together may exceed a timed step.
 
 use std::time::Instant;
 
@@ -58,11 +65,13 @@ pub struct ThroughputOptions {
     /// How the optimizer updates each parameter ([`AdamWUpdate::OnePass`], the train
     /// stage's, by default).
     pub update: AdamWUpdate,
+    /// Steps after the timed ones with a barrier after each phase ([`Phases`]; 0: none).
+    pub phase_steps: usize,
 }
 
 impl ThroughputOptions {
     /// The defaults of the benchmark: batch 32, 128 tokens, 2 warm-up and 5 timed
-    /// steps, seed 0, on `device`.
+    /// steps, 3 steps by phases, seed 0, on `device`.
     pub fn new(model: ModelConfig, device: &str) -> ThroughputOptions {
         ThroughputOptions {
             model,
@@ -75,6 +84,7 @@ impl ThroughputOptions {
             precision: None,
             loss: LossKernel::Auto,
             update: AdamWUpdate::OnePass,
+            phase_steps: 3,
         }
     }
 }
@@ -94,7 +104,9 @@ pub struct Throughput {
     /// Every warm-up step, in order: on a cubecl device the first ones hold the compilation
     /// and autotuning of the step's kernels (less what the kernel cache already had).
     pub warmup_s: Vec<f64>,
-    /// The loss of the last step (a sanity figure: about 2.3 at initialisation).
+    /// Every step by phases, in order (see the module docs).
+    pub phase_s: Vec<Phases>,
+    /// The loss of the last timed step (a sanity figure: about 2.3 at initialisation).
     pub last_loss: f64,
     /// Steps per chunk of the recurrent family's chunked scan on this device; `None` for the
     /// transformer.
@@ -108,6 +120,29 @@ pub struct Throughput {
     pub loss: LossKernel,
 }
 
+/// One step's time by phases, each ended by a barrier on the device (the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phases {
+    /// The forward pass and the loss.
+    pub forward_s: f64,
+    /// The backward pass, up to the parameters' gradients.
+    pub backward_s: f64,
+    /// Clipping, the update and the step's read-back.
+    pub update_s: f64,
+}
+
+impl Phases {
+    /// Each phase's median over `steps`; `None` for no steps.
+    pub fn median_of(steps: &[Phases]) -> Option<Phases> {
+        let of = |phase: fn(&Phases) -> f64| median(&steps.iter().map(phase).collect::<Vec<_>>());
+        (!steps.is_empty()).then(|| Phases {
+            forward_s: of(|p| p.forward_s),
+            backward_s: of(|p| p.backward_s),
+            update_s: of(|p| p.update_s),
+        })
+    }
+}
+
 /// A 64-bit LCG for the synthetic batch.
 struct Lcg(u64);
 
@@ -118,6 +153,129 @@ impl Lcg {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % n
+    }
+}
+
+/// The synthetic batch every step trains on (the module docs).
+struct Batch {
+    moves: Tensor<2, Int>,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+}
+
+impl Batch {
+    fn new(batch: usize, seq: usize, device: &Device) -> Batch {
+        let mut rng = Lcg(42);
+        let moves: Vec<i64> = (0..batch * seq)
+            .map(|i| {
+                if i % seq == 0 {
+                    START_TOKEN
+                } else {
+                    rng.below(20_480) as i64
+                }
+            })
+            .collect();
+        let classes = label_classes();
+        let targets: Vec<i64> = (0..batch * seq * N_LABELS)
+            .map(|i| rng.below(classes[i % N_LABELS] as u64) as i64)
+            .collect();
+        Batch {
+            moves: Tensor::from_data(TensorData::new(moves, [batch, seq]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [batch, seq, N_LABELS]), device),
+            valid: Tensor::from_data(
+                TensorData::new(vec![true; batch * seq], [batch, seq]),
+                device,
+            ),
+        }
+    }
+}
+
+/// One step's figures.
+struct StepFigures {
+    /// From the start to the read-back after the update.
+    seconds: f64,
+    /// From the start until the host had recorded the forward and backward passes.
+    queued: f64,
+    /// With barriers between the phases, each phase's seconds.
+    phases: Option<Phases>,
+    /// The loss the update read back.
+    loss: f64,
+}
+
+/// What every step shares: the options, the device, the batch and the optimizer.
+struct Bench<'a> {
+    options: &'a ThroughputOptions,
+    device: Device,
+    batch: Batch,
+    optim: AdamW,
+}
+
+impl Bench<'_> {
+    /// Waits until the device has run everything queued so far.
+    fn barrier(&self, step: usize) -> Result<(), TrainError> {
+        self.device
+            .sync()
+            .map_err(|err| TrainError::Failed(format!("step {step}: {err}")))
+    }
+
+    /// Trains `model` one step (number `step`, which seeds its dropout), with a barrier after
+    /// each phase where `barriers` says.
+    fn step(
+        &mut self,
+        mut model: Model,
+        step: usize,
+        barriers: bool,
+    ) -> Result<(Model, StepFigures), TrainError> {
+        let start = Instant::now();
+        let loss = {
+            let _guard = rng_lock();
+            self.device
+                .seed(step_seed(self.options.seed, step as u64 + 1));
+            let batch = &self.batch;
+            model
+                .state_loss_with(
+                    self.options.loss,
+                    batch.moves.clone(),
+                    batch.targets.clone(),
+                    batch.valid.clone(),
+                )?
+                .loss
+        };
+        let forward = barriers
+            .then(|| self.barrier(step).map(|()| start.elapsed().as_secs_f64()))
+            .transpose()?;
+        let detached = loss.clone().detach();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let queued = start.elapsed().as_secs_f64();
+        let backward = barriers
+            .then(|| self.barrier(step).map(|()| start.elapsed().as_secs_f64()))
+            .transpose()?;
+        let outcome;
+        (model, outcome) = self.optim.step(model, detached, &grads, 3e-4)?;
+        if !outcome.loss.is_finite() {
+            return Err(TrainError::Failed(format!(
+                "the loss is {} at step {step}",
+                outcome.loss
+            )));
+        }
+        if !outcome.applied || !outcome.params_finite {
+            return Err(TrainError::Failed(format!(
+                "the gradient norm or a parameter is not finite at step {step}"
+            )));
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let phases = forward.zip(backward).map(|(forward, backward)| Phases {
+            forward_s: forward,
+            backward_s: backward - forward,
+            update_s: seconds - backward,
+        });
+        let figures = StepFigures {
+            seconds,
+            queued,
+            phases,
+            loss: outcome.loss,
+        };
+        Ok((model, figures))
     }
 }
 
@@ -139,99 +297,88 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
         ..options.model.clone()
     };
     let mut model: Model = init_model(&config, options.seed, &device)?;
-    let (batch, seq) = (options.batch, options.seq);
-    let mut rng = Lcg(42);
-    let moves: Vec<i64> = (0..batch * seq)
-        .map(|i| {
-            if i % seq == 0 {
-                START_TOKEN
-            } else {
-                rng.below(20_480) as i64
-            }
-        })
-        .collect();
-    let classes = label_classes();
-    let targets: Vec<i64> = (0..batch * seq * N_LABELS)
-        .map(|i| rng.below(classes[i % N_LABELS] as u64) as i64)
-        .collect();
-    let moves = Tensor::<2, Int>::from_data(TensorData::new(moves, [batch, seq]), &device);
-    let targets =
-        Tensor::<3, Int>::from_data(TensorData::new(targets, [batch, seq, N_LABELS]), &device);
-    let valid = Tensor::<2, Bool>::from_data(
-        TensorData::new(vec![true; batch * seq], [batch, seq]),
-        &device,
-    );
-    let mut optim = AdamW::new(AdamWConfig {
-        update: options.update,
-        ..AdamWConfig::new(0.95, 0.01, 1.0)
-    });
+    let mut bench = Bench {
+        options,
+        batch: Batch::new(options.batch, options.seq, &device),
+        device,
+        optim: AdamW::new(AdamWConfig {
+            update: options.update,
+            ..AdamWConfig::new(0.95, 0.01, 1.0)
+        }),
+    };
     let mut step_s = Vec::with_capacity(options.steps);
     let mut queued_s = Vec::with_capacity(options.steps);
     let mut warmup_s = Vec::with_capacity(options.warmup);
+    let mut phase_s = Vec::with_capacity(options.phase_steps);
     let mut last_loss = f64::NAN;
     let mut peak_reserved_bytes = None;
-    for step in 0..options.warmup + options.steps {
-        let start = Instant::now();
-        let loss = {
-            let _guard = rng_lock();
-            device.seed(step_seed(options.seed, step as u64 + 1));
-            model
-                .state_loss_with(options.loss, moves.clone(), targets.clone(), valid.clone())?
-                .loss
-        };
-        let detached = loss.clone().detach();
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let queued = start.elapsed().as_secs_f64();
-        let outcome;
-        (model, outcome) = optim.step(model, detached, &grads, 3e-4)?;
-        last_loss = outcome.loss;
-        if !last_loss.is_finite() {
-            return Err(TrainError::Failed(format!(
-                "the loss is {last_loss} at step {step}"
-            )));
+    let timed = options.warmup + options.steps;
+    for step in 0..timed + options.phase_steps {
+        let figures;
+        (model, figures) = bench.step(model, step, step >= timed)?;
+        if step < options.warmup {
+            warmup_s.push(figures.seconds);
+        } else if step < timed {
+            step_s.push(figures.seconds);
+            queued_s.push(figures.queued);
+            last_loss = figures.loss;
         }
-        if !outcome.applied || !outcome.params_finite {
-            return Err(TrainError::Failed(format!(
-                "the gradient norm or a parameter is not finite at step {step}"
-            )));
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        if step >= options.warmup {
-            step_s.push(seconds);
-            queued_s.push(queued);
-        } else {
-            warmup_s.push(seconds);
-        }
+        phase_s.extend(figures.phases);
         // The device is idle after the read-back; this barrier, untimed, is where cubecl's
         // kernel profiler (CWM_KERNEL_PROFILE) closes the step's table.
-        device
-            .sync()
-            .map_err(|err| TrainError::Failed(format!("step {step}: {err}")))?;
-        let reserved = device.memory_pool_usage().map(|usage| usage.bytes_reserved);
+        bench.barrier(step)?;
+        let reserved = bench
+            .device
+            .memory_pool_usage()
+            .map(|usage| usage.bytes_reserved);
         peak_reserved_bytes = peak_reserved_bytes.max(reserved);
     }
-    let mut sorted = step_s.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median_step_s = sorted[sorted.len() / 2];
+    let median_step_s = median(&step_s);
     Ok(Throughput {
-        tokens_per_s: (batch * seq) as f64 / median_step_s,
+        tokens_per_s: (options.batch * options.seq) as f64 / median_step_s,
         median_step_s,
         step_s,
         queued_s,
         warmup_s,
+        phase_s,
         last_loss,
-        chunk_size: (options.model.family != Family::Transformer)
-            .then(|| options.model.chunk_size_on(&device)),
+        chunk_size: (family != Family::Transformer)
+            .then(|| options.model.chunk_size_on(&bench.device)),
         peak_reserved_bytes,
         precision: config.precision,
-        loss: options.loss.on(&device),
+        loss: options.loss.on(&bench.device),
     })
+}
+
+/// The median of `values` (the upper one of an even count), NaN when there are none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use cwm_models::Size;
+
+    #[test]
+    fn phases_take_each_phases_median() {
+        let step = |f, b, u| Phases {
+            forward_s: f,
+            backward_s: b,
+            update_s: u,
+        };
+        let steps = [
+            step(3.0, 1.0, 9.0),
+            step(1.0, 2.0, 7.0),
+            step(2.0, 3.0, 8.0),
+        ];
+        assert_eq!(Phases::median_of(&steps), Some(step(2.0, 2.0, 8.0)));
+        assert_eq!(Phases::median_of(&[]), None);
+        assert_eq!(median(&[4.0, 1.0]), 4.0, "the upper of an even count");
+        assert!(median(&[]).is_nan());
+    }
 
     #[test]
     fn a_short_measurement_reports_consistent_figures() {
@@ -247,6 +394,16 @@ mod tests {
         }
         assert_eq!(figures.warmup_s.len(), 1);
         assert!(figures.warmup_s[0] > 0.0);
+        // Three steps by phases after the timed ones, each phase taking time.
+        assert_eq!(figures.phase_s.len(), 3);
+        for phases in &figures.phase_s {
+            let [forward, backward, update] =
+                [phases.forward_s, phases.backward_s, phases.update_s];
+            assert!(
+                forward > 0.0 && backward > 0.0 && update > 0.0,
+                "{phases:?}"
+            );
+        }
         let expected = 32.0 / figures.median_step_s;
         assert!((figures.tokens_per_s - expected).abs() < 1e-9 * expected);
         // Near ln of the class counts averaged over the labels at initialisation.
@@ -260,6 +417,8 @@ mod tests {
             figures.peak_reserved_bytes, None,
             "the CPU backend reports no pool"
         );
+        options.phase_steps = 0;
+        assert!(measure(&options).unwrap().phase_s.is_empty());
         options.device = "tpu".into();
         assert!(measure(&options).is_err());
         options.device = "cpu".into();
