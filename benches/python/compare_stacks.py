@@ -15,7 +15,7 @@ cwm is at least as fast). Memory: the most cwm's allocator held after any step, 
 ``max_memory_reserved`` (with ``max_memory_allocated`` in brackets); blank on the CPU.
 
 Both sides run a few more steps after the timed ones that wait for the device after each phase
-(``phase_s``: forward pass and loss, backward pass, update); a second table, after the first,
+(``phase_s``: the body's forward pass, the head and loss, the backward pass, the update); a second table, after the first,
 puts each phase's median beside the other side's: where a step's time goes.
 
 The markdown tables go to stdout, progress to stderr (each process's wall time included);
@@ -435,7 +435,12 @@ COLUMNS = [
 
 
 # A step's phases, as both sides' ``phase_s`` name them, and the phase table's words for them.
-PHASES = [("forward_s", "forward and loss"), ("backward_s", "backward"), ("update_s", "update")]
+PHASES = [
+    ("forward_s", "forward"),
+    ("loss_s", "head and loss"),
+    ("backward_s", "backward"),
+    ("update_s", "update"),
+]
 
 
 def phase_seconds(lines, phase):

@@ -30,8 +30,9 @@ CPU by their own CPU time) to FILE: the reference's side of cwm's kernel profile
 profiled ones, slower than without.
 
 After the timed steps, ``--phase-steps`` more (3 by default) wait for the device after each of
-their phases, the forward pass with the loss, the backward pass, and clipping with the update
-and its read-backs: their seconds are the JSON's ``phase_s``, as ``cwm model bench``'s.
+their phases, the body's forward pass, the output head with the loss, the backward pass, and
+clipping with the update and its read-backs: their seconds are the JSON's ``phase_s``, as
+``cwm model bench``'s.
 
 Prints one JSON object with ``tokens_per_s``, ``median_step_s``, ``step_s``, the settings, and
 on a GPU ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (PyTorch's allocator's peaks
@@ -126,13 +127,20 @@ def reference_step(model, optim, batch, autocast, mark=lambda: None):
 
 
 class Phases:
-    """A step's three phases (the forward pass with the loss, the backward pass, clipping with
-    the update and its read-backs), each ended by a wait for the device: as cwm's
-    ``phase_s``."""
+    """A step's four phases (the body's forward pass, up to the output head's input; the head
+    and the loss; the backward pass; clipping with the update and its read-backs), each ended
+    by a wait for the device: as cwm's ``phase_s``. The first ends where the model calls its
+    ``output_head`` (a hook on it)."""
 
-    def __init__(self, device):
+    def __init__(self, device, model):
         self.device = device
         self.marks = []
+        model.output_head.register_forward_pre_hook(self.hook)
+        self.on = False
+
+    def hook(self, _module, _inputs):
+        if self.on:
+            self.mark()
 
     def mark(self):
         if self.device.type == "cuda":
@@ -142,15 +150,19 @@ class Phases:
     def step(self, step, *step_args):
         """Runs ``step`` with marks between its phases; returns its loss and its phases'
         seconds."""
-        self.marks = [time.perf_counter()]
-        loss = step(*step_args, mark=self.mark)
+        self.marks, self.on = [time.perf_counter()], True
+        try:
+            loss = step(*step_args, mark=self.mark)
+        finally:
+            self.on = False
         self.mark()
-        if len(self.marks) != 4:  # a non-finite loss returned before the update
+        if len(self.marks) != 5:  # a non-finite loss returned before the update
             return loss, None
-        start, forward, backward, end = self.marks
+        start, forward, head, backward, end = self.marks
         return loss, {
             "forward_s": forward - start,
-            "backward_s": backward - forward,
+            "loss_s": head - forward,
+            "backward_s": backward - head,
             "update_s": end - backward,
         }
 
@@ -234,7 +246,7 @@ def main():
             times.append(seconds)
     if profiler:
         profiler.write(args)
-    last_loss, phase_s, phases = loss, [], Phases(device)
+    last_loss, phase_s, phases = loss, [], Phases(device, model)
     for index in range(args.warmup + args.steps, args.warmup + args.steps + args.phase_steps):
         loss, figures = phases.step(step, model, optim, batch, autocast)
         if figures is None or not math.isfinite(loss):

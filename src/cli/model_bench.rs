@@ -42,8 +42,9 @@ pub struct BenchArgs {
     /// Timed steps; the figure is their median.
     #[arg(long, default_value_t = 5)]
     steps: usize,
-    /// Steps after the timed ones that wait for the device after each phase (forward and
-    /// loss, backward, update), to show where a step's time goes; 0 for none.
+    /// Steps after the timed ones that wait for the device after each phase (the body's
+    /// forward pass, the head and loss, backward, update), to show where a step's time goes;
+    /// 0 for none.
     #[arg(long, default_value_t = 3)]
     phase_steps: usize,
     /// Steps per chunk of a recurrent family's chunked scan (default: the family's
@@ -158,7 +159,8 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "queued_s": figures.queued_s,
         "warmup_s": figures.warmup_s,
         "phase_s": figures.phase_s.iter().map(|p| serde_json::json!({
-            "forward_s": p.forward_s, "backward_s": p.backward_s, "update_s": p.update_s,
+            "forward_s": p.forward_s, "loss_s": p.loss_s, "backward_s": p.backward_s,
+            "update_s": p.update_s,
         })).collect::<Vec<_>>(),
         "last_loss": figures.last_loss,
         "peak_reserved_bytes": figures.peak_reserved_bytes,
@@ -181,10 +183,11 @@ fn sentence(args: &BenchArgs, figures: &Throughput, threads: usize) -> String {
     });
     let phases = Phases::median_of(&figures.phase_s).map_or(String::new(), |p| {
         format!(
-            "; by phases, the median of {} step(s) with a barrier after each: forward and \
-             loss {:.4} s, backward {:.4} s, update {:.4} s",
+            "; by phases, the median of {} step(s) with a barrier after each: forward \
+             {:.4} s, head and loss {:.4} s, backward {:.4} s, update {:.4} s",
             figures.phase_s.len(),
             p.forward_s,
+            p.loss_s,
             p.backward_s,
             p.update_s
         )

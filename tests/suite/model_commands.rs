@@ -162,7 +162,7 @@ fn model_bench_times_each_phase_of_a_few_steps_after_the_timed_ones() {
     let phases = figures["phase_s"].as_array().expect("phase_s");
     assert_eq!(phases.len(), 3, "{figures}");
     for step in phases {
-        for phase in ["forward_s", "backward_s", "update_s"] {
+        for phase in ["forward_s", "loss_s", "backward_s", "update_s"] {
             let seconds = step[phase].as_f64().unwrap_or(-1.0);
             assert!(seconds > 0.0, "{phase} of {step}");
         }
@@ -304,7 +304,10 @@ fn assert_phase_row(table: &str, lines: &[serde_json::Value]) {
         .split_once("Where a step's time goes")
         .unwrap_or_else(|| panic!("no phase table:\n{table}"));
     let cells = table_row(phases, "slice_diag");
-    for (i, phase) in ["forward_s", "backward_s", "update_s"].iter().enumerate() {
+    for (i, phase) in ["forward_s", "loss_s", "backward_s", "update_s"]
+        .iter()
+        .enumerate()
+    {
         let side = |side: &str| {
             let medians: Vec<f64> = lines
                 .iter()

@@ -20,11 +20,11 @@
 //! it is their time.
 //!
 //! After the timed steps, `phase_steps` more steps (untimed in the figures above) wait for the
-//! device after each of their three phases: the forward pass with the loss, the backward pass,
-//! and the update with clipping and its read-back ([`Phases`]). Each phase's time is then what
+//! device after each of their four phases: the body's forward pass, the head with the loss, the
+//! backward pass, and the update with clipping and its read-back ([`Phases`]). Each phase's time is then what
 //! the device took to run it, or the host to record it where the host is slower: where a step's
 //! time goes, at no cost beyond those steps. The barriers keep the host from recording one
-//! phase while the device runs the one before, so the three together may exceed a timed step.
+//! phase while the device runs the one before, so the four together may exceed a timed step.
 
 use std::time::Instant;
 
@@ -32,7 +32,7 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN,
-    StateModel, device_by_name, label_classes, rng_lock,
+    StateModel, device_by_name, label_classes, rng_lock, state_loss_in,
 };
 
 use crate::adamw::{AdamW, AdamWConfig};
@@ -123,8 +123,10 @@ pub struct Throughput {
 /// One step's time by phases, each ended by a barrier on the device (the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Phases {
-    /// The forward pass and the loss.
+    /// The body's forward pass, up to the head's input.
     pub forward_s: f64,
+    /// The head and the loss.
+    pub loss_s: f64,
     /// The backward pass, up to the parameters' gradients.
     pub backward_s: f64,
     /// Clipping, the update and the step's read-back.
@@ -137,6 +139,7 @@ impl Phases {
         let of = |phase: fn(&Phases) -> f64| median(&steps.iter().map(phase).collect::<Vec<_>>());
         (!steps.is_empty()).then(|| Phases {
             forward_s: of(|p| p.forward_s),
+            loss_s: of(|p| p.loss_s),
             backward_s: of(|p| p.backward_s),
             update_s: of(|p| p.update_s),
         })
@@ -227,29 +230,35 @@ impl Bench<'_> {
         barriers: bool,
     ) -> Result<(Model, StepFigures), TrainError> {
         let start = Instant::now();
-        let loss = {
+        // Where `barriers` says, waits for the device and returns the seconds since `start`.
+        let mark = |bench: &Self| -> Result<Option<f64>, TrainError> {
+            barriers
+                .then(|| bench.barrier(step).map(|()| start.elapsed().as_secs_f64()))
+                .transpose()
+        };
+        // `StateModel::state_loss_with`, in its two parts: the body, then the head and loss.
+        let (loss, forward, head) = {
             let _guard = rng_lock();
             self.device
                 .seed(step_seed(self.options.seed, step as u64 + 1));
             let batch = &self.batch;
-            model
-                .state_loss_with(
-                    self.options.loss,
-                    batch.moves.clone(),
-                    batch.targets.clone(),
-                    batch.valid.clone(),
-                )?
-                .loss
+            let features = model.features(batch.moves.clone());
+            let forward = mark(self)?;
+            let loss = state_loss_in(
+                model.precision(),
+                self.options.loss,
+                features,
+                model.head(),
+                batch.targets.clone(),
+                batch.valid.clone(),
+            )?
+            .loss;
+            (loss, forward, mark(self)?)
         };
-        let forward = barriers
-            .then(|| self.barrier(step).map(|()| start.elapsed().as_secs_f64()))
-            .transpose()?;
         let detached = loss.clone().detach();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let queued = start.elapsed().as_secs_f64();
-        let backward = barriers
-            .then(|| self.barrier(step).map(|()| start.elapsed().as_secs_f64()))
-            .transpose()?;
+        let backward = mark(self)?;
         let outcome;
         (model, outcome) = self.optim.step(model, detached, &grads, 3e-4)?;
         if !outcome.loss.is_finite() {
@@ -264,11 +273,15 @@ impl Bench<'_> {
             )));
         }
         let seconds = start.elapsed().as_secs_f64();
-        let phases = forward.zip(backward).map(|(forward, backward)| Phases {
-            forward_s: forward,
-            backward_s: backward - forward,
-            update_s: seconds - backward,
-        });
+        let phases = forward
+            .zip(head)
+            .zip(backward)
+            .map(|((forward, head), backward)| Phases {
+                forward_s: forward,
+                loss_s: head - forward,
+                backward_s: backward - head,
+                update_s: seconds - backward,
+            });
         let figures = StepFigures {
             seconds,
             queued,
@@ -364,17 +377,18 @@ mod tests {
 
     #[test]
     fn phases_take_each_phases_median() {
-        let step = |f, b, u| Phases {
+        let step = |f, l, b, u| Phases {
             forward_s: f,
+            loss_s: l,
             backward_s: b,
             update_s: u,
         };
         let steps = [
-            step(3.0, 1.0, 9.0),
-            step(1.0, 2.0, 7.0),
-            step(2.0, 3.0, 8.0),
+            step(3.0, 5.0, 1.0, 9.0),
+            step(1.0, 6.0, 2.0, 7.0),
+            step(2.0, 4.0, 3.0, 8.0),
         ];
-        assert_eq!(Phases::median_of(&steps), Some(step(2.0, 2.0, 8.0)));
+        assert_eq!(Phases::median_of(&steps), Some(step(2.0, 5.0, 2.0, 8.0)));
         assert_eq!(Phases::median_of(&[]), None);
         assert_eq!(median(&[4.0, 1.0]), 4.0, "the upper of an even count");
         assert!(median(&[]).is_nan());
@@ -394,15 +408,17 @@ mod tests {
         }
         assert_eq!(figures.warmup_s.len(), 1);
         assert!(figures.warmup_s[0] > 0.0);
-        // Three steps by phases after the timed ones, each phase taking time.
+        // Three steps by phases after the timed ones, each of the four phases taking time.
         assert_eq!(figures.phase_s.len(), 3);
         for phases in &figures.phase_s {
-            let [forward, backward, update] =
-                [phases.forward_s, phases.backward_s, phases.update_s];
-            assert!(
-                forward > 0.0 && backward > 0.0 && update > 0.0,
-                "{phases:?}"
-            );
+            let Phases {
+                forward_s,
+                loss_s,
+                backward_s,
+                update_s,
+            } = *phases;
+            let each = [forward_s, loss_s, backward_s, update_s];
+            assert!(each.iter().all(|&s| s > 0.0), "{phases:?}");
         }
         let expected = 32.0 / figures.median_step_s;
         assert!((figures.tokens_per_s - expected).abs() < 1e-9 * expected);
