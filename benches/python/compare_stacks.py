@@ -15,8 +15,9 @@ cwm is at least as fast). Memory: the most cwm's allocator held after any step, 
 ``max_memory_reserved`` (with ``max_memory_allocated`` in brackets); blank on the CPU.
 
 Both sides run a few more steps after the timed ones that wait for the device after each phase
-(``phase_s``: the body's forward pass, the head and loss, the backward pass, the update); a second table, after the first,
-puts each phase's median beside the other side's: where a step's time goes.
+(``phase_s``: the body's forward pass, the head and loss, the backward pass, the update); a
+second table, after the first, puts each phase's median beside the other side's: where a
+step's time goes.
 
 The markdown tables go to stdout, progress to stderr (each process's wall time included);
 ``--json-out`` appends every process's own JSON line with its ``side``, ``round`` and ``cell``

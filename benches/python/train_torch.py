@@ -98,7 +98,7 @@ def forward_loss(model, optim, batch, autocast):
 
 def lean_step(model, optim, batch, autocast, mark=lambda: None):
     """Returns the loss; the loss and the gradient norm are read back at the end. ``mark`` is
-    called after the forward pass and after the backward pass (``Phases``)."""
+    called after the forward pass with the loss and after the backward pass (``Phases``)."""
     loss = forward_loss(model, optim, batch, autocast)
     mark()
     loss.backward()

@@ -11,6 +11,7 @@ use clap::Args;
 use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
 use cwm_models::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
+use cwm_models::kernel_profile::profile_log_from_env;
 use cwm_models::products::{PRODUCTS, Products};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
@@ -44,9 +45,10 @@ pub struct BenchArgs {
     steps: usize,
     /// Steps after the timed ones that wait for the device after each phase (the body's
     /// forward pass, the head and loss, backward, update), to show where a step's time goes;
-    /// 0 for none.
-    #[arg(long, default_value_t = 3)]
-    phase_steps: usize,
+    /// 0 for none. Default: 3, or 0 under CWM_KERNEL_PROFILE, whose log's last tables are
+    /// then the timed steps.
+    #[arg(long)]
+    phase_steps: Option<usize>,
     /// Steps per chunk of a recurrent family's chunked scan (default: the family's
     /// default for the device).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -112,7 +114,13 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     options.update = args.update;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
-    options.phase_steps = args.phase_steps;
+    options.phase_steps = args
+        .phase_steps
+        .unwrap_or(if profile_log_from_env().is_some() {
+            0
+        } else {
+            3
+        });
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
     }

@@ -152,7 +152,7 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
 }
 
 /// After the timed steps, steps with a wait after each phase: three by default, none with
-/// `--phase-steps 0`; they come after the timed steps, so the last timed loss is the same
+/// `--phase-steps 0` or under the kernel profiler; they come after the timed steps, so the last timed loss is the same
 /// either way (the CPU's steps are bit-identical from run to run).
 #[test]
 fn model_bench_times_each_phase_of_a_few_steps_after_the_timed_ones() {
@@ -171,6 +171,15 @@ fn model_bench_times_each_phase_of_a_few_steps_after_the_timed_ones() {
     let without: serde_json::Value = serde_json::from_str(&ws.ok(&none)).expect("JSON");
     assert_eq!(without["phase_s"], serde_json::json!([]), "{without}");
     assert_eq!(without["last_loss"], figures["last_loss"], "{without}");
+    // Under cubecl's kernel profiler, none unless asked for: the log's last tables are then
+    // the timed steps (`kernel_profile.py`).
+    let profiled = cwm_command(&ws.dir, &args)
+        .env("CWM_KERNEL_PROFILE", "profile.log")
+        .output()
+        .expect("run cwm");
+    assert!(profiled.status.success(), "{profiled:?}");
+    let profiled: serde_json::Value = serde_json::from_slice(&profiled.stdout).expect("JSON");
+    assert_eq!(profiled["phase_s"], serde_json::json!([]), "{profiled}");
     let sentence = ws.ok(&args[..args.len() - 1]);
     assert!(
         sentence.contains("by phases, the median of 3 step(s)") && sentence.contains("update "),
