@@ -85,9 +85,9 @@ pub struct BenchArgs {
     #[arg(long)]
     column_sums: Option<ColumnSums>,
     /// Who multiplies the `Linear`s', the training attention's and the chunked scans' matrices:
-    /// cubecl's kernels (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against cubecl's kernels by host
-    /// waits around each call (`cublas`) or by flags the GPU waits on (`cublas-async`);
-    /// default: CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
+    /// cubecl's kernels (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against
+    /// cubecl's kernels by host waits around each call (`cublas`) or by flags the GPU waits on
+    /// (`cublas-async`); default: CWM_PRODUCTS, else cubecl (crates/models/src/products.rs).
     #[arg(long)]
     products: Option<Products>,
     /// The transformer on the cubecl devices: its training attention as tensor operations in
@@ -114,13 +114,11 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     options.update = args.update;
     (options.batch, options.seq) = (args.batch, args.seq);
     (options.warmup, options.steps) = (args.warmup, args.steps);
-    options.phase_steps = args
-        .phase_steps
-        .unwrap_or(if profile_log_from_env().is_some() {
-            0
-        } else {
-            3
-        });
+    match args.phase_steps {
+        Some(n) => options.phase_steps = n,
+        None if profile_log_from_env().is_some() => options.phase_steps = 0,
+        None => {}
+    }
     if let Some(blocks) = args.fusion_blocks {
         choose_fusion_blocks(blocks);
     }

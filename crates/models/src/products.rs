@@ -147,15 +147,18 @@ pub(crate) fn backend_product<B: ProductOps>(
     transpose_a: bool,
     transpose_b: bool,
 ) -> FloatTensor<B> {
-    let leading = |t: &FloatTensor<B>| {
-        let dims = burn::backend::TensorMetadata::shape(t).as_slice().to_vec();
-        dims[..dims.len().saturating_sub(2)].to_vec()
-    };
-    if cublas_chosen() && leading(&a) == leading(&b) {
+    use burn::backend::TensorMetadata as _;
+    let (a_shape, b_shape) = (a.shape(), b.shape());
+    if cublas_chosen() && leading_dims(&a_shape) == leading_dims(&b_shape) {
         B::product(a, b, transpose_a, transpose_b)
     } else {
         product_by_ops::<B>(a, b, transpose_a, transpose_b)
     }
+}
+
+/// The dimensions of `shape` before its last two: a product's batch.
+fn leading_dims(shape: &burn::backend::Shape) -> &[usize] {
+    &shape.as_slice()[..shape.num_dims().saturating_sub(2)]
 }
 
 /// The sizes of `op(a) · op(b)`: `batch` products (the leading dimensions' product) of

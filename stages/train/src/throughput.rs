@@ -364,7 +364,7 @@ pub fn measure(options: &ThroughputOptions) -> Result<Throughput, TrainError> {
 }
 
 /// The median of `values` (the upper one of an even count), NaN when there are none.
-pub fn median(values: &[f64]) -> f64 {
+fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
