@@ -166,7 +166,7 @@ carry() {
   echo "built from $built (the checkout: $(checkout))"
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
-  echo "the call (docs/gpu.md, 'What was exercised on a GPU'):"
+  echo "the call (docs/gpu.md, 'The next GPU session'):"
   echo "  FAMILIES=mamba2,mamba3,gdn,slice,transformer,slice_diag,gdn_pos \\"
   echo "      PROFILE_SIZES= MORE_SIZES= \\"
   echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530     # a call limit of 590 s"

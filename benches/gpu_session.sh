@@ -32,7 +32,7 @@
 #   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
 #   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the
 #      first kernel within 1/0.8 of the shape's roofline time (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1,
-#      cubecl's default, which cwm turns off on CUDA: docs/gpu.md, "The tuner's early stop"),
+#      cubecl's default, which cwm turns off on CUDA: docs/gpu-speed.md, "The tuner's early stop"),
 #      in a kernel cache of its own ($KERNEL_CACHE-stop, the carried cache without its
 #      products' tuning), against step 6's full search; what that tuner chose goes under the
 #      step's table;

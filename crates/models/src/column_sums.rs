@@ -10,7 +10,7 @@
 //! read 8 or 16 bytes from different rows (the head's 1,878 columns, every family's; the
 //! transformer's four biased projections a layer, of `d` to `8d`). An H200's tuning results
 //! (2026-11-27) hold a reduction of that kind whose fastest kernel took 6.7 times its tuning
-//! limit (docs/gpu.md, "Levers ready to time on a GPU"). In two stages the
+//! limit (docs/gpu-speed.md, "Levers ready to time on a GPU"). In two stages the
 //! rows are cut into blocks of up to [`MAX_BLOCK_ROWS`]: first the sum over the blocks
 //! (`[rows / i, i, columns]` → `[i, columns]`, `i` times as many results, each a short run of
 //! neighbouring columns' reads), then over the `i` rows that are left (a small tensor).

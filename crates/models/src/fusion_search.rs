@@ -11,8 +11,8 @@
 //! stream order"). cwm's training steps hit this with burn's 5 blocks: whole segments of the
 //! transformer's step (the loss's log-softmax, the normalisation's gradient around the dropout,
 //! the gated MLP's gradient) ran as single operations. One block leaves no chains to
-//! interleave: docs/gpu.md ("Levers ready to time on a GPU") has the kernel counts per step for
-//! each setting.
+//! interleave: docs/gpu-speed.md ("Levers ready to time on a GPU") has the kernel counts per
+//! step for each setting.
 //!
 //! The environment variable `CWM_FUSION_BLOCKS` chooses, for the whole process:
 //!

@@ -33,8 +33,8 @@
 //! ([`full_search`]): by default the tuner stops at the first kernel whose time is within
 //! 1/0.8 of the shape's time at the device's peak, and for `f32` matrix products it takes that
 //! peak to be the `f32` one of the GPU's ordinary cores, which a TF32 tensor-core kernel beats
-//! with its first samples, so the search ended at the first such kernel it tried (docs/gpu.md,
-//! "The tuner's early stop").
+//! with its first samples, so the search ended at the first such kernel it tried
+//! (docs/gpu-speed.md, "The tuner's early stop").
 //! cubecl's own variable `CUBECL_AUTOTUNE_SHORT_CIRCUIT`, when set, decides instead.
 
 use std::ffi::OsStr;

@@ -6,8 +6,8 @@
 //! products over `[batch, heads]` a layer (`attention.rs`: `q kᵀ` and `P v` forward, four
 //! backward), and the recurrent families' chunked scans batches over `[batch, chunks, heads]`
 //! (`recurrent.rs`, `gdn.rs`, `slice.rs`). On an H200, cubek-matmul's fastest product ran at
-//! about 7 × 10¹³ operations/s (docs/gpu.md, "The tuner's early stop"), a fraction of the TF32
-//! tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
+//! about 7 × 10¹³ operations/s (docs/gpu-speed.md, "The tuner's early stop"), a fraction of the
+//! TF32 tensor-core rate cuBLAS reaches for the reference's PyTorch, and at d512 the transformer's
 //! products alone come to about the reference's whole step. [`ProductOps::product`] is
 //! `op(a) · op(b)` (`op` a transposition of the last two dimensions or none; dimensions before
 //! those a batch) as one differentiable operation, and [`product_of`] (tensors) and

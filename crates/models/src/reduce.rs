@@ -6,7 +6,7 @@
 //! reduction over a dimension, which fusion can fuse with the element-wise operations before it
 //! (one launch for `(a · b).sum` where it was two) where its search finds them in one block;
 //! where it does not, the count stays as it was. Elsewhere (`flex`) the two forms are the same
-//! work. docs/gpu.md has the launches it saves.
+//! work. docs/gpu-speed.md has the launches it saves.
 
 use burn::prelude::*;
 

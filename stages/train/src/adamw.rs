@@ -131,7 +131,7 @@ fn read_f32(tensor: Tensor<1>) -> Result<Vec<f32>, TrainError> {
 
 /// The sum of `[1]` parts; `None` for no parts. One concatenation and one reduction: on
 /// cubecl's backends the concatenation costs no kernel launch of its own, where fusion ran a
-/// chain of additions, one per part, as a kernel per addition (`cube-cpu`, docs/gpu.md).
+/// chain of additions, one per part, as a kernel per addition (`cube-cpu`, docs/gpu-speed.md).
 fn total(parts: Vec<Tensor<1>>) -> Option<Tensor<1>> {
     (!parts.is_empty()).then(|| sum_all(Tensor::cat(parts, 0)))
 }
