@@ -21,7 +21,7 @@
 #           target/reference-stack/prebuilt, so that the GPU machine unpacks it instead of
 #           compiling it for minutes of the session;
 #   carry   what the first call carries, each path's size and their sum with the tracked files
-#           against the 64 MiB a call may bring, the binary's SHA-256 and commit, and the call.
+#           against the 64 MiB a call may bring, the binary's SHA-256 and commit, and the two calls.
 #
 # Every step's output goes to target/gpu-prepare/STEP.log; the script prints each step's time
 # and stops at the first that fails, naming its log. Settings (environment): CUDA_ARCH (90: an
@@ -166,10 +166,12 @@ carry() {
   echo "built from $built (the checkout: $(checkout))"
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
-  echo "the call (docs/gpu.md, 'The next GPU session'):"
-  echo "  FAMILIES=mamba2,mamba3,gdn,slice,transformer,slice_diag,gdn_pos \\"
-  echo "      PROFILE_SIZES= MORE_SIZES= \\"
-  echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530     # a call limit of 590 s"
+  echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
+  echo "  FAMILIES=transformer PROFILE_SIZES= MORE_SIZES= \\"
+  echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
+  echo "  then, on the same machine while it is warm:"
+  echo "  FAMILIES=mamba2,mamba3,gdn,slice,slice_diag,gdn_pos PROFILE_SIZES= MORE_SIZES= \\"
+  echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
 }
 
 started=$SECONDS
