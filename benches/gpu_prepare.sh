@@ -167,11 +167,11 @@ carry() {
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
   echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
-  echo "  FAMILIES=transformer PROFILE_SIZES= MORE_SIZES= \\"
+  echo "  PLAN=cublas,cublas-async,round1 FAMILIES=transformer PROFILE_SIZES= MORE_SIZES= \\"
   echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
   echo "  then, on the same machine while it is warm:"
-  echo "  FAMILIES=mamba2,mamba3,gdn,slice,slice_diag,gdn_pos PROFILE_SIZES= MORE_SIZES= \\"
-  echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
+  echo "  PLAN=round1,cublas,cublas-async FAMILIES=mamba2,mamba3,gdn,slice,slice_diag,gdn_pos \\"
+  echo "      PROFILE_SIZES= MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
 }
 
 started=$SECONDS

@@ -53,6 +53,13 @@
 #  12. round2: a second round of step 6 (the table docs/gpu.md carries);
 #  13. all-sizes: d256 and d384 too.
 #
+# PLAN names the steps from 3 on that run, in its order (comma-separated; all of them in the
+# order above by default); each still follows its own settings below (PREWARM, PROFILE_SIZES,
+# MORE_SIZES, FAMILIES). A name that is not a step's is refused before anything runs. So
+# PLAN=cublas,cublas-async,round1 times cuBLAS's products first and cubecl's after them: the
+# first two leave most products to cuBLAS, so little of their start-up goes to the autotuner's
+# search among product kernels, which round1 then makes with the other kernels compiled.
+#
 # A cwm process on a GPU compiles and autotunes its kernels in its first steps (about 100 s on
 # an H200 without a cache), one kernel after another on one core; with CWM_KERNEL_CACHE pointing
 # at $KERNEL_CACHE, later processes reuse what earlier ones did (step 3 is there so that the
@@ -75,8 +82,8 @@
 # command on the still-warm machine goes on where the last call stopped; on a fresh machine,
 # carry $STATE with the last call's compare-stacks.jsonl in it.
 #
-# Settings (environment): DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps 3, 4, 6 to 11),
-# PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
+# Settings (environment): PLAN (above), DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps
+# 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
 # time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
@@ -114,6 +121,20 @@ BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-240}
+STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,tuning-stop
+STEP_NAMES=$STEP_NAMES,column-single,update-ops,fusion-burn,attention-kernels,delta-ops,round2
+STEP_NAMES=$STEP_NAMES,all-sizes
+PLAN=${PLAN:-$STEP_NAMES}
+IFS=, read -ra PLAN_STEPS <<<"$PLAN"
+for step in "${PLAN_STEPS[@]}"; do
+  if ! [[ $step =~ ^[a-z0-9-]+$ && ,$STEP_NAMES, == *,$step,* ]]; then
+    echo "gpu_session: no step '$step' in PLAN=$PLAN; the steps: $STEP_NAMES" >&2
+    exit 2
+  fi
+done
+has_family() { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,$1,* ]]; }
+# The steps that time one of cwm's variants take the transformer alone when FAMILIES is all.
+if [ "$FAMILIES" = all ]; then VARIANT_FAMILIES=transformer; else VARIANT_FAMILIES=$FAMILIES; fi
 if [ -z "${CWM:-}" ]; then
   CWM=target/cuda-offline/cwm-cuda
   for bin in target/cuda-offline/cwm-bench-cuda target/cuda-offline/cwm-cuda; do
@@ -323,26 +344,46 @@ profile() {
   pack_caches
 }
 
-if [ "$PREWARM" -gt 0 ]; then
-  STEP_CAP=$PREWARM_S compare compile "$FAMILIES" "$SIZES" 1 --prewarm "$PREWARM" --prewarm-only
-fi
+# The steps, one function each (step_NAME, with NAME's dashes as underscores); PLAN runs them.
+step_compile() {
+  if [ "$PREWARM" -gt 0 ]; then
+    STEP_CAP=$PREWARM_S compare compile "$FAMILIES" "$SIZES" 1 --prewarm "$PREWARM" --prewarm-only
+  fi
+}
+
 # The transformer's cells before the profile, whose cwm processes then find them tuned; without
 # a profile (PROFILE_SIZES empty) round1 takes them in FAMILIES' order like the rest.
-if [ -n "$PROFILE_SIZES" ] && { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,transformer,* ]]; }; then
-  compare transformer transformer "$SIZES" 1
-fi
-profile
-compare round1 "$FAMILIES" "$SIZES" 1
-if [ "$FAMILIES" = all ]; then update_families=transformer; else update_families=$FAMILIES; fi
-if [ "$DEVICE" = cpu ]; then
-  say "cublas: not run, cuBLAS multiplies on device cuda only"
-  say "cublas-async: not run, cuBLAS multiplies on device cuda only"
-else
-  compare cublas "$update_families" "$SIZES" 1 "--cwm-args=--products cublas"
-  compare cublas-async "$update_families" "$SIZES" 1 "--cwm-args=--products cublas-async"
-fi
-compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
-if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
+step_transformer() {
+  if [ -n "$PROFILE_SIZES" ] && has_family transformer; then
+    compare transformer transformer "$SIZES" 1
+  fi
+}
+
+step_profile() { profile; }
+step_round1() { compare round1 "$FAMILIES" "$SIZES" 1; }
+
+step_cublas() {
+  if [ "$DEVICE" = cpu ]; then
+    say "cublas: not run, cuBLAS multiplies on device cuda only"
+  else
+    compare cublas "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products cublas"
+  fi
+}
+
+step_cublas_async() {
+  if [ "$DEVICE" = cpu ]; then
+    say "cublas-async: not run, cuBLAS multiplies on device cuda only"
+  else
+    compare cublas-async "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products cublas-async"
+  fi
+}
+
+step_fused_device() {
+  compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"
+}
+
+step_tuning_stop() {
+  [ -n "${CWM_KERNEL_CACHE:-}" ] || return 0
   compare tuning-stop "${STOP_FAMILIES:-transformer}" "$SIZES" 1 \
     --cwm-env CUBECL_AUTOTUNE_SHORT_CIRCUIT=1 --cwm-env "CWM_KERNEL_CACHE=$KERNEL_CACHE-stop"
   if [ -f "$KERNEL_CACHE-stop/default.db" ]; then
@@ -351,18 +392,36 @@ if [ -n "${CWM_KERNEL_CACHE:-}" ]; then
     python3 benches/python/tuning_report.py "$KERNEL_CACHE-stop/default.db" --op matmul 2>&1 |
       sed 's/^## /#### /' >>"$OUT/tables.md" || true
   fi
-fi
-compare column-single "$update_families" "$SIZES" 1 "--cwm-args=--column-sums single"
-compare update-ops "$update_families" "$SIZES" 1 "--cwm-args=--update ops"
-compare fusion-burn "$update_families" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"
-compare attention-kernels "$update_families" "$SIZES" 1 "--cwm-args=--attention kernels"
-if [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,gdn,* ]]; then
-  compare delta-ops gdn "$SIZES" 1 "--cwm-args=--delta-chunks operations"
-fi
-compare round2 "$FAMILIES" "$SIZES" 2
-if [ -n "$MORE_SIZES" ]; then
-  compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2
-fi
+}
+
+step_column_single() {
+  compare column-single "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--column-sums single"
+}
+step_update_ops() { compare update-ops "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--update ops"; }
+step_fusion_burn() {
+  compare fusion-burn "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--fusion-blocks burn"
+}
+step_attention_kernels() {
+  compare attention-kernels "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--attention kernels"
+}
+
+step_delta_ops() {
+  if has_family gdn; then
+    compare delta-ops gdn "$SIZES" 1 "--cwm-args=--delta-chunks operations"
+  fi
+}
+
+step_round2() { compare round2 "$FAMILIES" "$SIZES" 2; }
+
+step_all_sizes() {
+  if [ -n "$MORE_SIZES" ]; then
+    compare all-sizes "$FAMILIES" "$SIZES,$MORE_SIZES" 2
+  fi
+}
+
+for step in "${PLAN_STEPS[@]}"; do
+  "step_${step//-/_}"
+done
 if [ -n "${CACHES:-}" ]; then
   echo "$CACHES" >>"$SUMMARY"
 fi

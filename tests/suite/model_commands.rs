@@ -763,9 +763,9 @@ fn cwm_bench_is_cwm_model_bench_alone() {
 }
 
 /// Runs `benches/gpu_session.sh SECONDS` on the CPU for SLiCE-diag at d128 and a toy shape,
-/// with `cwm-bench` (what a GPU session brings), its figures into `ws.dir/out`; returns (exit
-/// status, stderr).
-fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
+/// with `cwm-bench` (what a GPU session brings), its figures into `ws.dir/out`, and `more`
+/// settings on top; returns (exit status, stderr).
+fn gpu_session(ws: &Workspace, seconds: &str, more: &[(&str, &str)]) -> (Option<i32>, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/gpu_session.sh");
     let settings = [
         ("DEVICE", "cpu"),
@@ -785,6 +785,7 @@ fn gpu_session(ws: &Workspace, seconds: &str) -> (Option<i32>, String) {
         .arg(script)
         .arg(seconds)
         .envs(settings)
+        .envs(more.iter().copied())
         .env("OUT", ws.dir.join("out"))
         .env("STATE", ws.dir.join("state"))
         .output()
@@ -816,12 +817,12 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
 
     // No time: nothing is measured, and the summary says so.
-    let (code, stderr) = gpu_session(&ws, "1");
+    let (code, stderr) = gpu_session(&ws, "1", &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(read("summary.txt").contains("round1: not run"), "{stderr}");
     assert_eq!(read("tables.md"), "", "{stderr}");
 
-    let (code, stderr) = gpu_session(&ws, "600");
+    let (code, stderr) = gpu_session(&ws, "600", &[]);
     assert_eq!(code, Some(0), "{stderr}");
     let summary = read("summary.txt");
     assert!(
@@ -832,13 +833,8 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         summary.contains("\nenv CUBECL_AUTOTUNE_SHORT_CIRCUIT=1\n"),
         "the call's settings:\n{summary}"
     );
-    let steps: Vec<&str> = summary
-        .lines()
-        .filter_map(|line| line.strip_prefix("gpu_session: "))
-        .map(|line| line.split([':', ' ']).next().unwrap_or(line))
-        .collect();
     assert_eq!(
-        steps,
+        steps_said(&summary),
         [
             "compile",
             "profile",
@@ -911,11 +907,45 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 
     // Again: every figure is in the kept file, so no process runs.
-    let (code, stderr) = gpu_session(&ws, "600");
+    let (code, stderr) = gpu_session(&ws, "600", &[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(read("compare-stacks.jsonl"), lines);
     assert!(!read("compare.log").contains("round 2: cwm"));
     assert!(section(&read("tables.md"), "round2").contains("| slice_diag | d128 |"));
+
+    // A plan runs the steps it names, in its order, and no others.
+    let (code, stderr) = gpu_session(&ws, "600", &[("PLAN", "round2,cublas,round1")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let summary = read("summary.txt");
+    assert_eq!(
+        steps_said(&summary),
+        ["round2", "cublas", "round1", "finished"],
+        "{summary}"
+    );
+    // A name that is no step's is refused before anything runs, naming it and the steps.
+    for (plan, bad) in [
+        ("round1,round3", "round3"),
+        ("round1,,round2", ""),
+        ("*", "*"),
+    ] {
+        let (code, stderr) = gpu_session(&ws, "600", &[("PLAN", plan)]);
+        assert_eq!(code, Some(2), "{plan}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no step '{bad}'")),
+            "{plan}: {stderr}"
+        );
+        assert!(stderr.contains("the steps: compile,"), "{stderr}");
+        assert_eq!(read("summary.txt"), summary, "{plan}: nothing ran");
+    }
+}
+
+/// The steps a session's summary reports, in order (the word before each line's colon).
+fn steps_said(summary: &str) -> Vec<&str> {
+    summary
+        .lines()
+        .filter_map(|line| line.strip_prefix("gpu_session: "))
+        .map(|line| line.split([':', ' ']).next().unwrap_or(line))
+        .collect()
 }
 
 /// A kernel-profile log in cubecl's format: kernel lines, then at each barrier a table of the
