@@ -83,8 +83,8 @@
 # carry $STATE with the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): PLAN (above), DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps
-# 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM (processes at a
-# time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
+# 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM
+# (processes at a time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
 # Hopper GPU without TileLang, see crates/models/python/reference_stack.py; empty refuses),
