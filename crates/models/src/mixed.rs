@@ -99,7 +99,7 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// the folded rows the weight's gradient is one product over all `batch · seq` rows, and the
 /// bias's one column sum, in two stages on cubecl's devices ([`crate::column_sums`]; the
 /// bias is added as burn's `linear` adds it, after the product). With `CWM_PRODUCTS=cublas`
-/// an `f32` product is cuBLAS's on `cuda` ([`crate::products::product_of`]).
+/// the product is cuBLAS's on `cuda`, in either precision ([`crate::products::product_of`]).
 fn product<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
@@ -113,10 +113,7 @@ fn product<const D: usize>(
         Precision::F32 => (rows, weight, bias),
         Precision::Bf16 => (to_bf16(rows), to_bf16(weight), bias.map(to_bf16)),
     };
-    let mut y = match precision {
-        Precision::F32 => product_of(rows, weight, false, false),
-        Precision::Bf16 => rows.matmul(weight),
-    };
+    let mut y = product_of(rows, weight, false, false);
     if let Some(bias) = bias {
         y = add_row(y, bias);
     }

@@ -1,4 +1,4 @@
-//! Who multiplies the models' `f32` matrices on a GPU: cubecl's own kernels (burn's products,
+//! Who multiplies the models' matrices on a GPU: cubecl's own kernels (burn's products,
 //! the default) or NVIDIA's cuBLAS, so that one build can time the two against each other.
 //!
 //! Every `Linear` of the models is one `[rows, d_in] · [d_in, d_out]` product forward and two
@@ -12,9 +12,11 @@
 //! `op(a) · op(b)` (`op` a transposition of the last two dimensions or none; dimensions before
 //! those a batch) as one differentiable operation, and [`product_of`] (tensors) and
 //! [`backend_product`] (a backend's primitives, inside another operation) the choice between it
-//! and burn's product: on CUDA with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32
-//! (`products/cublas.rs`), elsewhere by burn's product of the (transposed) operands. Its
-//! backward pass is two such products (with `g` the output's gradient):
+//! and burn's product: on CUDA with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32 for
+//! `f32` operands, by `cublasGemmStridedBatchedEx` with `f32` accumulation for bf16 ones
+//! (Mamba-3's `Linear`s under the reference's autocast; `products/cublas.rs`), elsewhere by
+//! burn's product of the (transposed) operands. Its backward pass is two such products (with
+//! `g` the output's gradient):
 //!
 //! ```text
 //! c = a · b        da = g · bᵀ     db = aᵀ · g
@@ -35,7 +37,7 @@
 //! | value | products |
 //! |---|---|
 //! | unset, empty or `cubecl` | burn's (cubecl's kernels; the CPU's own on `flex`) |
-//! | `cublas` | cuBLAS's, TF32, for the `f32` products of the `Linear`s, the training attention and the chunked scans on device `cuda`, ordered by host waits |
+//! | `cublas` | cuBLAS's, for the `f32` products (in TF32) of the `Linear`s, the training attention and the chunked scans and the bf16 `Linear`s' (`f32` accumulation) on device `cuda`, ordered by host waits |
 //! | `cublas-async` | the same, ordered on the GPU by flags (`products/flags.rs`) |
 //!
 //! `cube-cpu` refuses either `cublas` when its device is made, and `cwm model bench
@@ -121,7 +123,7 @@ pub(crate) fn cublas_async() -> bool {
 
 /// `op(a) · op(b)` as the process multiplies: by [`ProductOps::product`] where cuBLAS is
 /// chosen (the transpositions passed to cuBLAS, no copy made), else burn's product of the
-/// (transposed) operands: how `mixed::product` multiplies an `f32` `Linear`'s rows by its
+/// (transposed) operands: how `mixed::product` multiplies a `Linear`'s rows by its
 /// weight, the fused losses their head's, and the recurrent families' chunked scans their
 /// chunks'. Operands whose leading dimensions differ (burn broadcasts them; the operation does
 /// not) take burn's product whatever the setting.

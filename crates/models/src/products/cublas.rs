@@ -1,5 +1,7 @@
 //! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
-//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 on a stream of its own,
+//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 for `f32` operands and
+//! `cublasGemmStridedBatchedEx` with `f32` accumulation for bf16 ones (Mamba-3's `Linear`s
+//! under the reference's autocast, `mixed.rs`), on a stream of its own,
 //! ordered against cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by
 //! flags in device memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the
 //! product's stream waits for (`cuStreamWaitValue32`), the product's stream writes one when
@@ -25,7 +27,8 @@
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use burn::backend::ops::FloatTensorOps;
 use burn::cubecl::cuda::CudaRuntime;
@@ -47,9 +50,45 @@ use super::{Gemm, cublas_async, cublas_chosen, dims_of, output_shape, product_by
 /// The server behind a CUDA device's client, whose buffers' device addresses cubecl hands out.
 type CudaServer = <CudaRuntime as Runtime>::Server;
 
-/// The largest relative difference a checked product may show against burn's: TF32 keeps 10
-/// bits of the operands' mantissas, about 10⁻³ relative per product term.
-const CHECK_TOLERANCE: f32 = 1e-2;
+/// The element types cuBLAS multiplies here, the same for both operands and the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Elem {
+    /// `f32` operands and output, multiplied on TF32 tensor cores (the handle's math mode).
+    F32,
+    /// bf16 operands and output, the products accumulated in `f32`, as the reference's autocast
+    /// multiplies.
+    Bf16,
+}
+
+impl Elem {
+    /// The type of operands of `dtype`, if cuBLAS multiplies them here.
+    fn of(dtype: DType) -> Option<Elem> {
+        match dtype {
+            DType::F32 => Some(Elem::F32),
+            DType::BF16 => Some(Elem::Bf16),
+            _ => None,
+        }
+    }
+
+    fn dtype(self) -> DType {
+        match self {
+            Elem::F32 => DType::F32,
+            Elem::Bf16 => DType::BF16,
+        }
+    }
+
+    /// The largest relative difference a checked product may show against burn's: TF32 keeps
+    /// 10 bits of the operands' mantissas, about 10⁻³ relative per product term; a bf16 output
+    /// is rounded to 8 bits (4 · 10⁻³ relative), by both, and burn's kernel may accumulate in
+    /// fewer bits than cuBLAS's `f32`. A wrong call (a transposition, a leading dimension)
+    /// differs by the order of the values themselves.
+    fn tolerance(self) -> f32 {
+        match self {
+            Elem::F32 => 1e-2,
+            Elem::Bf16 => 5e-2,
+        }
+    }
+}
 
 /// The most loads of the "done" flag a waiting kernel makes before it gives up: about ten
 /// seconds of a GPU's global-memory latency, some thousands of times the longest product.
@@ -66,13 +105,13 @@ fn check_after(calls: u64) -> bool {
     calls.is_multiple_of(CHECK_EVERY) || (calls < CHECK_EVERY && calls.is_power_of_two())
 }
 
-/// Which kinds of call, a pair of transpositions for one product or a batch (bit
-/// `4 · batched + 2 · transpose_a + transpose_b`), had their first cuBLAS product of the process
-/// compared with burn's.
-static CHECKED: AtomicU8 = AtomicU8::new(0);
+/// Which kinds of call, an element type with a pair of transpositions for one product or a
+/// batch (bit `8 · bf16 + 4 · batched + 2 · transpose_a + transpose_b`), had their first cuBLAS
+/// product of the process compared with burn's.
+static CHECKED: AtomicU16 = AtomicU16::new(0);
 
-/// Whether cuBLAS multiplies `a` and `b`: chosen for the process, both `f32` on a CUDA device,
-/// and every size within cuBLAS's 32-bit arguments and not zero.
+/// Whether cuBLAS multiplies `a` and `b`: chosen for the process, both `f32` or both bf16 on a
+/// CUDA device, and every size within cuBLAS's 32-bit arguments and not zero.
 pub(super) fn applies(
     a: &CubeTensor,
     b: &CubeTensor,
@@ -88,8 +127,8 @@ pub(super) fn applies(
     };
     cublas_chosen()
         && on_cuda
-        && a.dtype == DType::F32
-        && b.dtype == DType::F32
+        && Elem::of(a.dtype).is_some()
+        && a.dtype == b.dtype
         && Gemm::of(&dims_of(a), &dims_of(b), transpose_a, transpose_b).is_ok_and(fits)
 }
 
@@ -112,12 +151,13 @@ pub(crate) fn check_library() -> Result<(), String> {
     ))
 }
 
-/// One product's operands (contiguous), the call (which holds the transpositions) and the
-/// output.
+/// One product's operands (contiguous), the call (which holds the transpositions), their
+/// element type and the output.
 struct Job {
     a: CubeTensor,
     b: CubeTensor,
     gemm: Gemm,
+    elem: Elem,
     out: CubeTensor,
 }
 
@@ -130,7 +170,8 @@ impl Job {
     fn describe(&self) -> String {
         let (ta, tb) = self.transposes();
         format!(
-            "cuBLAS's product of {:?} ({ta}) by {:?} ({tb})",
+            "cuBLAS's {:?} product of {:?} ({ta}) by {:?} ({tb})",
+            self.elem,
             dims_of(&self.a),
             dims_of(&self.b)
         )
@@ -144,7 +185,7 @@ impl Job {
 ///
 /// # Panics
 /// cuBLAS or cubecl fails, or a checked product differs from burn's beyond
-/// [`CHECK_TOLERANCE`]: a backend operation has no error to return.
+/// its element type's [`Elem::tolerance`]: a backend operation has no error to return.
 pub(super) fn products<const N: usize>(
     operands: [(CubeTensor, CubeTensor, bool, bool); N],
 ) -> [CubeTensor; N] {
@@ -153,14 +194,22 @@ pub(super) fn products<const N: usize>(
         let (a_dims, b_dims) = (dims_of(&a), dims_of(&b));
         let gemm = Gemm::of(&a_dims, &b_dims, ta, tb)
             .unwrap_or_else(|reason| panic!("cuBLAS's product: {reason}"));
+        let elem = Elem::of(a.dtype)
+            .unwrap_or_else(|| panic!("cuBLAS's product of {:?} operands", a.dtype));
         let out = empty_device_contiguous_dtype(
             a.client.clone(),
             a.device.clone(),
             // cuBLAS's `m` and `n` are the output's columns and rows (`Gemm`).
             output_shape(&a_dims, gemm.n, gemm.m),
-            DType::F32,
+            elem.dtype(),
         );
-        Job { a, b, gemm, out }
+        Job {
+            a,
+            b,
+            gemm,
+            elem,
+            out,
+        }
     });
     if let Err(reason) = run(&jobs) {
         let all: Vec<String> = jobs.iter().map(Job::describe).collect();
@@ -176,13 +225,14 @@ pub(super) fn products<const N: usize>(
 /// kind ([`CHECKED`]).
 fn check_first(job: &Job) {
     let (ta, tb) = job.transposes();
-    let batched = job.gemm.batch > 1;
-    let kind = 1u8 << (4 * u8::from(batched) + 2 * u8::from(ta) + u8::from(tb));
+    let (bf16, batched) = (job.elem == Elem::Bf16, job.gemm.batch > 1);
+    let bit = 8 * u16::from(bf16) + 4 * u16::from(batched) + 2 * u16::from(ta) + u16::from(tb);
+    let kind = 1u16 << bit;
     if CHECKED.fetch_or(kind, Ordering::Relaxed) & kind != 0 {
         return;
     }
     let want = product_by_ops::<CubeBackend>(job.a.clone(), job.b.clone(), ta, tb);
-    if let Err(reason) = compare(job.out.clone(), want) {
+    if let Err(reason) = compare(job.out.clone(), want, job.elem.tolerance()) {
         panic!("{} differs from burn's: {reason}", job.describe());
     }
 }
@@ -190,11 +240,11 @@ fn check_first(job: &Job) {
 /// The largest difference between `got` and `want` relative to `want`'s largest magnitude.
 ///
 /// # Errors
-/// A read-back fails, or the difference is beyond [`CHECK_TOLERANCE`].
-fn compare(got: CubeTensor, want: CubeTensor) -> Result<(), String> {
+/// A read-back fails, or the difference is beyond `tolerance`.
+fn compare(got: CubeTensor, want: CubeTensor, tolerance: f32) -> Result<(), String> {
     let read = |t: CubeTensor| -> Result<Vec<f32>, String> {
         let data = block_on(CubeBackend::float_into_data(t)).map_err(|e| format!("{e:?}"))?;
-        data.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))
+        data.try_into_vec_as::<f32>().map_err(|e| format!("{e:?}"))
     };
     let (got, want) = (read(got)?, read(want)?);
     let scale = want
@@ -209,12 +259,11 @@ fn compare(got: CubeTensor, want: CubeTensor) -> Result<(), String> {
             0.0f32,
             |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
         );
-    if worst <= CHECK_TOLERANCE {
+    if worst <= tolerance {
         Ok(())
     } else {
         Err(format!(
-            "a largest difference of {worst:e} of the largest value (at most \
-             {CHECK_TOLERANCE:e})"
+            "a largest difference of {worst:e} of the largest value (at most {tolerance:e})"
         ))
     }
 }
@@ -226,7 +275,7 @@ struct Blas {
     stream: driver_sys::CUstream,
     handle: blas_sys::cublasHandle_t,
     /// The calls made so far under host waits (the module docs).
-    seen: HashSet<Gemm>,
+    seen: HashSet<(Gemm, Elem)>,
     /// The flags of `cublas-async`, made at the first flagged call.
     flags: Option<Flags>,
 }
@@ -329,13 +378,14 @@ impl Blas {
     }
 
     /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream: one call of
-    /// `cublasSgemmStridedBatched` (a batch of one for a `Linear`'s product).
+    /// `cublasSgemmStridedBatched` for `f32` (a batch of one for a `Linear`'s product), of
+    /// `cublasGemmStridedBatchedEx` with bf16 matrices and `f32` accumulation for bf16.
     ///
     /// # Safety
-    /// The addresses hold contiguous `f32` matrices of `gemm`'s sizes (`gemm.batch` of each,
-    /// one after the other), on this handle's device,
-    /// written already and kept alive until [`Blas::wait`] has returned.
-    unsafe fn sgemm(&self, gemm: &Gemm, b: u64, a: u64, c: u64) -> Result<(), String> {
+    /// The addresses hold contiguous matrices of `elem` and `gemm`'s sizes (`gemm.batch` of
+    /// each, one after the other), on this handle's device, written already and kept alive
+    /// until [`Blas::wait`] has returned.
+    unsafe fn gemm(&self, gemm: &Gemm, elem: Elem, b: u64, a: u64, c: u64) -> Result<(), String> {
         let op = |transposed| {
             if transposed {
                 blas_sys::cublasOperation_t::CUBLAS_OP_T
@@ -346,31 +396,74 @@ impl Blas {
         let int = |v: usize| i32::try_from(v).map_err(|_| format!("{v} is beyond cuBLAS's int"));
         let (alpha, beta) = (1.0f32, 0.0f32);
         let long = |v: usize| i64::try_from(v).map_err(|_| format!("{v} is beyond i64"));
-        // SAFETY: as the caller promises; `alpha` and `beta` live through the call.
-        unsafe {
-            driver::ctx::set_current(self.context)
-                .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-            blas::sgemm_strided_batched(
-                self.handle,
-                op(gemm.transpose_first),
-                op(gemm.transpose_second),
-                int(gemm.m)?,
-                int(gemm.n)?,
-                int(gemm.k)?,
-                &alpha,
-                b as *const f32,
-                int(gemm.ld_first)?,
-                long(gemm.stride_first)?,
-                a as *const f32,
-                int(gemm.ld_second)?,
-                long(gemm.stride_second)?,
-                &beta,
-                c as *mut f32,
-                int(gemm.ld_out)?,
-                long(gemm.stride_out)?,
-                int(gemm.batch)?,
-            )
-            .map_err(|e| format!("cublasSgemmStridedBatched: {e:?}"))
+        let (ta, tb) = (op(gemm.transpose_first), op(gemm.transpose_second));
+        let (m, n, k, batch) = (int(gemm.m)?, int(gemm.n)?, int(gemm.k)?, int(gemm.batch)?);
+        let (ld_b, ld_a, ld_c) = (int(gemm.ld_first)?, int(gemm.ld_second)?, int(gemm.ld_out)?);
+        let strides = (
+            long(gemm.stride_first)?,
+            long(gemm.stride_second)?,
+            long(gemm.stride_out)?,
+        );
+        // SAFETY: the context was retained by `Blas::new` for the thread's life.
+        unsafe { driver::ctx::set_current(self.context) }
+            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        match elem {
+            // SAFETY: as the caller promises, for `f32` matrices; `alpha` and `beta` live
+            // through the call.
+            Elem::F32 => unsafe {
+                blas::sgemm_strided_batched(
+                    self.handle,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    &alpha,
+                    b as *const f32,
+                    ld_b,
+                    strides.0,
+                    a as *const f32,
+                    ld_a,
+                    strides.1,
+                    &beta,
+                    c as *mut f32,
+                    ld_c,
+                    strides.2,
+                    batch,
+                )
+                .map_err(|e| format!("cublasSgemmStridedBatched: {e:?}"))
+            },
+            // SAFETY: as the caller promises, for bf16 matrices; with `f32` computation
+            // `alpha` and `beta` are `f32`, and live through the call.
+            Elem::Bf16 => unsafe {
+                let bf16 = blas_sys::cudaDataType::CUDA_R_16BF;
+                blas::gemm_strided_batched_ex(
+                    self.handle,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    (&raw const alpha).cast(),
+                    b as *const c_void,
+                    bf16,
+                    ld_b,
+                    strides.0,
+                    a as *const c_void,
+                    bf16,
+                    ld_a,
+                    strides.1,
+                    (&raw const beta).cast(),
+                    c as *mut c_void,
+                    bf16,
+                    ld_c,
+                    strides.2,
+                    batch,
+                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+                .map_err(|e| format!("cublasGemmStridedBatchedEx: {e:?}"))
+            },
         }
     }
 
@@ -456,7 +549,11 @@ fn run(jobs: &[Job]) -> Result<(), String> {
             *slot = Some(Blas::new(device.index)?);
         }
         let blas = slot.as_mut().expect("made above");
-        if cublas_async() && jobs.iter().all(|job| blas.seen.contains(&job.gemm)) {
+        if cublas_async()
+            && jobs
+                .iter()
+                .all(|job| blas.seen.contains(&(job.gemm, job.elem)))
+        {
             // SAFETY: the addresses are of `held`'s buffers (as below); the flags order the
             // calls after the operands' writes and cubecl's later kernels after the calls.
             unsafe { blas.run_flagged(jobs, &addresses, &first.a) }
@@ -467,7 +564,8 @@ fn run(jobs: &[Job]) -> Result<(), String> {
             // written; `held` outlives the wait below.
             unsafe { blas.queue(jobs, &addresses)? };
             blas.wait()?;
-            blas.seen.extend(jobs.iter().map(|job| job.gemm));
+            blas.seen
+                .extend(jobs.iter().map(|job| (job.gemm, job.elem)));
             Ok(())
         }
     })
@@ -477,14 +575,14 @@ impl Blas {
     /// Each job's call on its `[b, a, out]` addresses, queued on the handle's stream.
     ///
     /// # Safety
-    /// The addresses are of `jobs`' buffers, held by the caller: contiguous `f32` matrices of
-    /// the calls' sizes (`Gemm::of` on their shapes) on the handle's device (one device for all
+    /// The addresses are of `jobs`' buffers, held by the caller: contiguous matrices of their
+    /// element types and the calls' sizes (`Gemm::of` on their shapes) on the handle's device (one device for all
     /// jobs: the backward pass's operands). The caller orders the calls after the operands'
     /// writes, and any reuse of the buffers after the calls.
     unsafe fn queue(&self, jobs: &[Job], addresses: &[[u64; 3]]) -> Result<(), String> {
         for (job, &[b, a, out]) in jobs.iter().zip(addresses) {
             // SAFETY: as the caller promises.
-            unsafe { self.sgemm(&job.gemm, b, a, out)? };
+            unsafe { self.gemm(&job.gemm, job.elem, b, a, out)? };
         }
         Ok(())
     }
