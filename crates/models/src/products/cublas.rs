@@ -576,9 +576,9 @@ impl Blas {
     ///
     /// # Safety
     /// The addresses are of `jobs`' buffers, held by the caller: contiguous matrices of their
-    /// element types and the calls' sizes (`Gemm::of` on their shapes) on the handle's device (one device for all
-    /// jobs: the backward pass's operands). The caller orders the calls after the operands'
-    /// writes, and any reuse of the buffers after the calls.
+    /// element types and the calls' sizes (`Gemm::of` on their shapes) on the handle's device
+    /// (one device for all jobs: the backward pass's operands). The caller orders the calls
+    /// after the operands' writes, and any reuse of the buffers after the calls.
     unsafe fn queue(&self, jobs: &[Job], addresses: &[[u64; 3]]) -> Result<(), String> {
         for (job, &[b, a, out]) in jobs.iter().zip(addresses) {
             // SAFETY: as the caller promises.
