@@ -74,7 +74,9 @@
 # Eight files at most go to $OUT (what a lent machine sends back; target/gpu-session without
 # one), each under 16 MiB: summary.txt (the machine, then each step: what ran and what the time
 # cut, the caches' sizes), tables.md (each step's tables under its name: the figures, then each
-# phase of a step on both sides, compare_stacks.py's "where a step's time goes"), compare.log (the
+# phase of a step on both sides, compare_stacks.py's "where a step's time goes"; last, under
+# "summary", each cell's fastest variant beside the reference and every variant's ratio, from
+# every call's figures so far: benches/python/session_table.py), compare.log (the
 # reference stack's installation, then each step's progress and every process's wall time),
 # compare-stacks.jsonl (every process's line), profile.md (both stacks' tables of a step's
 # kernels), profile-logs.tar.xz (cubecl's logs they come from), then the caches, Triton's left
@@ -422,6 +424,12 @@ step_all_sizes() {
 for step in "${PLAN_STEPS[@]}"; do
   "step_${step//-/_}"
 done
+# The table docs/gpu.md carries, from every call's figures so far: each cell's fastest variant
+# beside the reference, and every variant's ratio.
+if [ -s "$JSONL" ] && table=$(python3 benches/python/session_table.py "$JSONL" \
+  2>>"$OUT/compare.log") && [ -n "$table" ]; then
+  printf '## summary\n\n%s\n\n' "$table" >>"$OUT/tables.md"
+fi
 if [ -n "${CACHES:-}" ]; then
   echo "$CACHES" >>"$SUMMARY"
 fi

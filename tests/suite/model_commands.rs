@@ -894,6 +894,35 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "{step}: {tables}"
         );
     }
+    // The summary: the fastest of cwm's six ways beside the reference, then each one's ratio,
+    // the default's over its two rounds.
+    let best = table_row(section(&tables, "summary"), "slice_diag");
+    let each: Vec<&str> = best[9].split("; ").collect();
+    assert_eq!(each.len(), 6, "{tables}");
+    assert!(
+        each[0].starts_with("default ") && each[0].ends_with("× (2)"),
+        "{tables}"
+    );
+    let ratio_of = |text: &str| -> f64 { text.trim_end_matches('×').parse().unwrap() };
+    let ratios: Vec<f64> = each
+        .iter()
+        .map(|e| ratio_of(e.rsplit(' ').nth(1).unwrap()))
+        .collect();
+    let fastest = each
+        .iter()
+        .zip(&ratios)
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .unwrap();
+    assert!(fastest.0.starts_with(&format!("{} ", best[8])), "{tables}");
+    assert_eq!(ratio_of(best[5]), *fastest.1, "{tables}");
+    // The ratio is of the unrounded figures: within its own rounding and the figures'.
+    let tokens = |text: &str| -> f64 { text.replace(',', "").parse().unwrap() };
+    let (ours, theirs) = (tokens(best[3]), tokens(best[4]));
+    let slack = 0.005 + ours / theirs * (0.5 / ours + 0.5 / theirs);
+    assert!(
+        (ratio_of(best[5]) - ours / theirs).abs() <= slack,
+        "{tables}"
+    );
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
