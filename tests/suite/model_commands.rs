@@ -894,11 +894,64 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "{step}: {tables}"
         );
     }
-    // The summary: the fastest of cwm's six ways beside the reference, then each one's ratio,
-    // the default's over its two rounds.
-    let best = table_row(section(&tables, "summary"), "slice_diag");
+    assert_summary_row(&tables, 6);
+    assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
+    assert_eq!(
+        table_row(section(&tables, "compile"), "slice_diag")[5],
+        "done"
+    );
+    assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
+    // The prewarm, two rounds of both sides, and cwm's five variants once each.
+    let lines = read("compare-stacks.jsonl");
+    assert_eq!(lines.lines().count(), 10, "{lines}");
+    // Few files, so that all of them come back from a remote machine's return folder.
+    assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
+
+    // Again: every figure is in the kept file, so no process runs.
+    let (code, stderr) = gpu_session(&ws, "600", &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(read("compare-stacks.jsonl"), lines);
+    assert!(!read("compare.log").contains("round 2: cwm"));
+    assert!(section(&read("tables.md"), "round2").contains("| slice_diag | d128 |"));
+
+    assert_a_plan_runs_its_steps_in_its_order(&ws);
+}
+
+/// With every figure kept from the calls before, `PLAN` runs the steps it names, in its order,
+/// and no others; a name that is no step's is refused before anything runs.
+fn assert_a_plan_runs_its_steps_in_its_order(ws: &Workspace) {
+    let read = |name: &str| std::fs::read_to_string(ws.dir.join("out").join(name)).unwrap();
+    let (code, stderr) = gpu_session(ws, "600", &[("PLAN", "round2,cublas,round1")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let summary = read("summary.txt");
+    assert_eq!(
+        steps_said(&summary),
+        ["round2", "cublas", "round1", "finished"],
+        "{summary}"
+    );
+    // A name that is no step's is refused before anything runs, naming it and the steps.
+    for (plan, bad) in [
+        ("round1,round3", "round3"),
+        ("round1,,round2", ""),
+        ("*", "*"),
+    ] {
+        let (code, stderr) = gpu_session(ws, "600", &[("PLAN", plan)]);
+        assert_eq!(code, Some(2), "{plan}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no step '{bad}'")),
+            "{plan}: {stderr}"
+        );
+        assert!(stderr.contains("the steps: compile,"), "{stderr}");
+        assert_eq!(read("summary.txt"), summary, "{plan}: nothing ran");
+    }
+}
+
+/// The session's `summary` table: SLiCE-diag's row names the fastest of its `variants` and
+/// gives its ratio, then each variant's ratio with its rounds, the default's two first.
+fn assert_summary_row(tables: &str, variants: usize) {
+    let best = table_row(section(tables, "summary"), "slice_diag");
     let each: Vec<&str> = best[9].split("; ").collect();
-    assert_eq!(each.len(), 6, "{tables}");
+    assert_eq!(each.len(), variants, "{tables}");
     assert!(
         each[0].starts_with("default ") && each[0].ends_with("× (2)"),
         "{tables}"
@@ -923,49 +976,6 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
         (ratio_of(best[5]) - ours / theirs).abs() <= slack,
         "{tables}"
     );
-    assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
-    assert_eq!(
-        table_row(section(&tables, "compile"), "slice_diag")[5],
-        "done"
-    );
-    assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's five variants once each.
-    let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 10, "{lines}");
-    // Few files, so that all of them come back from a remote machine's return folder.
-    assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
-
-    // Again: every figure is in the kept file, so no process runs.
-    let (code, stderr) = gpu_session(&ws, "600", &[]);
-    assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(read("compare-stacks.jsonl"), lines);
-    assert!(!read("compare.log").contains("round 2: cwm"));
-    assert!(section(&read("tables.md"), "round2").contains("| slice_diag | d128 |"));
-
-    // A plan runs the steps it names, in its order, and no others.
-    let (code, stderr) = gpu_session(&ws, "600", &[("PLAN", "round2,cublas,round1")]);
-    assert_eq!(code, Some(0), "{stderr}");
-    let summary = read("summary.txt");
-    assert_eq!(
-        steps_said(&summary),
-        ["round2", "cublas", "round1", "finished"],
-        "{summary}"
-    );
-    // A name that is no step's is refused before anything runs, naming it and the steps.
-    for (plan, bad) in [
-        ("round1,round3", "round3"),
-        ("round1,,round2", ""),
-        ("*", "*"),
-    ] {
-        let (code, stderr) = gpu_session(&ws, "600", &[("PLAN", plan)]);
-        assert_eq!(code, Some(2), "{plan}: {stderr}");
-        assert!(
-            stderr.contains(&format!("no step '{bad}'")),
-            "{plan}: {stderr}"
-        );
-        assert!(stderr.contains("the steps: compile,"), "{stderr}");
-        assert_eq!(read("summary.txt"), summary, "{plan}: nothing ran");
-    }
 }
 
 /// The steps a session's summary reports, in order (the word before each line's colon).
