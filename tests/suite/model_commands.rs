@@ -1239,6 +1239,111 @@ fn figure_after(text: &str, before: &str) -> f64 {
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
+/// A session's JSON lines as `session_table.py` reads them: a cell's line of `side`, with the
+/// `extra` settings (a variant, another batch) in its cell and `more` fields beside its figure.
+fn session_line(side: &str, family: &str, size: &str, extra: &str, more: &str) -> String {
+    format!(
+        "{{\"side\": \"{side}\", \"round\": 1, \"cell\": {{\"family\": \"{family}\", \"size\": \
+         \"{size}\", \"device\": \"cuda\", \"stack\": \"reference\", \"batch\": 128, \"seq\": 256, \
+         \"warmup\": 3, \"steps\": 10, \"threads\": 1{extra}}}{more}}}"
+    )
+}
+
+/// The table a session's figures make: each cell's fastest variant of cwm's beside the
+/// reference, both sides' memory and every variant's ratio; a cell lacking a side says so,
+/// another shape gets a table of its own, the prewarm's lines and a line that is no
+/// measurement are left out (the latter named), and an empty file makes no table.
+#[test]
+fn the_session_table_puts_each_cells_fastest_variant_beside_the_reference() {
+    let ws = Workspace::new("session-table");
+    let cublas = ", \"cwm_args\": \"--products cublas\"";
+    let lines = [
+        session_line(
+            "prewarm",
+            "transformer",
+            "d128",
+            "",
+            ", \"tokens_per_s\": 9999",
+        ),
+        session_line("cwm", "transformer", "d128", "", ", \"tokens_per_s\": 1000"),
+        session_line(
+            "torch",
+            "transformer",
+            "d128",
+            "",
+            ", \"tokens_per_s\": 2000, \"peak_reserved_bytes\": 3145728, \"peak_allocated_bytes\": 1048576",
+        ),
+        session_line(
+            "cwm",
+            "transformer",
+            "d128",
+            cublas,
+            ", \"tokens_per_s\": 2500, \"peak_reserved_bytes\": 2097152",
+        ),
+        session_line("cwm", "transformer", "d128", "", ", \"tokens_per_s\": 1200"),
+        session_line("cwm", "gdn", "d512", "", ", \"tokens_per_s\": 300"),
+        session_line("torch", "mamba2", "d512", "", ", \"tokens_per_s\": 40"),
+        session_line("cwm", "slice", "d128", "", ", \"tokens_per_s\": 50")
+            .replace("\"batch\": 128", "\"batch\": 64"),
+        "{\"side\": \"cwm\"}".to_string(),
+    ];
+    let file = ws.dir.join("figures.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/session_table.py");
+    let run = |file: &Path| {
+        Command::new("python3")
+            .arg(&script)
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let out = run(&file);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let row = |family: &str, size: &str| -> Vec<&str> {
+        let start = format!("| {family} | {size} |");
+        let line = stdout.lines().find(|l| l.starts_with(&start));
+        line.unwrap_or_else(|| panic!("no {start}:\n{stdout}"))
+            .split('|')
+            .map(str::trim)
+            .collect()
+    };
+    assert_eq!(
+        row("transformer", "d128")[3..10],
+        [
+            "2,500",
+            "2,000",
+            "1.25×",
+            "2",
+            "3 (1)",
+            "--products cublas",
+            "default 0.55× (2); --products cublas 1.25× (1)"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(row("gdn", "d512")[3..5], ["300", "no reference figure"]);
+    assert_eq!(row("mamba2", "d512")[3], "no figure of cwm's");
+    assert_eq!(row("slice", "d128")[4], "no reference figure");
+    assert_eq!(
+        stdout.matches("training tokens/s at batch").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("at batch 64 × 256"), "{stdout}");
+    assert!(
+        stderr.contains("figures.jsonl:9: not a measurement"),
+        "{stderr}"
+    );
+
+    let empty = ws.dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let out = run(&empty);
+    assert!(out.status.success() && out.stdout.is_empty());
+}
+
 /// The preparation of a GPU session skips what is there, stops at the first step that fails
 /// with that step's log named and its last lines shown, and sums what a call carries against
 /// the 64 MiB it may bring.
