@@ -364,21 +364,16 @@ step_transformer() {
 step_profile() { profile; }
 step_round1() { compare round1 "$FAMILIES" "$SIZES" 1; }
 
-step_cublas() {
+# Step NAME: cwm's products by cuBLAS (`--products NAME`), on a CUDA device only.
+cublas_step() {
   if [ "$DEVICE" = cpu ]; then
-    say "cublas: not run, cuBLAS multiplies on device cuda only"
+    say "$1: not run, cuBLAS multiplies on device cuda only"
   else
-    compare cublas "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products cublas"
+    compare "$1" "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products $1"
   fi
 }
-
-step_cublas_async() {
-  if [ "$DEVICE" = cpu ]; then
-    say "cublas-async: not run, cuBLAS multiplies on device cuda only"
-  else
-    compare cublas-async "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products cublas-async"
-  fi
-}
+step_cublas() { cublas_step cublas; }
+step_cublas_async() { cublas_step cublas-async; }
 
 step_fused_device() {
   compare fused-device "$FAMILIES" "$SIZES" 1 "--cwm-args=--loss fused-device"

@@ -152,8 +152,8 @@ fn model_bench_reports_the_training_throughput_of_a_small_batch() {
 }
 
 /// After the timed steps, steps with a wait after each phase: three by default, none with
-/// `--phase-steps 0` or under the kernel profiler; they come after the timed steps, so the last timed loss is the same
-/// either way (the CPU's steps are bit-identical from run to run).
+/// `--phase-steps 0` or under the kernel profiler; they come after the timed steps, so the last
+/// timed loss is the same either way (the CPU's steps are bit-identical from run to run).
 #[test]
 fn model_bench_times_each_phase_of_a_few_steps_after_the_timed_ones() {
     let ws = Workspace::new("model-bench-phases");
@@ -1239,14 +1239,30 @@ fn figure_after(text: &str, before: &str) -> f64 {
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// A session's JSON lines as `session_table.py` reads them: a cell's line of `side`, with the
-/// `extra` settings (a variant, another batch) in its cell and `more` fields beside its figure.
-fn session_line(side: &str, family: &str, size: &str, extra: &str, more: &str) -> String {
-    format!(
-        "{{\"side\": \"{side}\", \"round\": 1, \"cell\": {{\"family\": \"{family}\", \"size\": \
-         \"{size}\", \"device\": \"cuda\", \"stack\": \"reference\", \"batch\": 128, \"seq\": 256, \
-         \"warmup\": 3, \"steps\": 10, \"threads\": 1{extra}}}{more}}}"
-    )
+/// A session's JSON line as `session_table.py` reads it: one process of `side` for `family`
+/// and `size`, `cell` merged into its cell's settings (a variant, another batch), `figures`
+/// beside them.
+fn session_line(
+    side: &str,
+    (family, size): (&str, &str),
+    cell: serde_json::Value,
+    figures: serde_json::Value,
+) -> String {
+    let mut line = serde_json::json!({
+        "side": side, "round": 1,
+        "cell": {
+            "family": family, "size": size, "device": "cuda", "stack": "reference",
+            "batch": 128, "seq": 256, "warmup": 3, "steps": 10, "threads": 1,
+        },
+    });
+    let merge = |object: &mut serde_json::Value, more: serde_json::Value| {
+        if let (Some(object), serde_json::Value::Object(more)) = (object.as_object_mut(), more) {
+            object.extend(more);
+        }
+    };
+    merge(&mut line["cell"], cell);
+    merge(&mut line, figures);
+    line.to_string()
 }
 
 /// The table a session's figures make: each cell's fastest variant of cwm's beside the
@@ -1255,36 +1271,34 @@ fn session_line(side: &str, family: &str, size: &str, extra: &str, more: &str) -
 /// measurement are left out (the latter named), and an empty file makes no table.
 #[test]
 fn the_session_table_puts_each_cells_fastest_variant_beside_the_reference() {
+    use serde_json::json;
     let ws = Workspace::new("session-table");
-    let cublas = ", \"cwm_args\": \"--products cublas\"";
+    let none = || json!({});
+    let tokens = |t: u32| json!({ "tokens_per_s": t });
+    let transformer = ("transformer", "d128");
     let lines = [
-        session_line(
-            "prewarm",
-            "transformer",
-            "d128",
-            "",
-            ", \"tokens_per_s\": 9999",
-        ),
-        session_line("cwm", "transformer", "d128", "", ", \"tokens_per_s\": 1000"),
+        session_line("prewarm", transformer, none(), tokens(9999)),
+        session_line("cwm", transformer, none(), tokens(1000)),
         session_line(
             "torch",
-            "transformer",
-            "d128",
-            "",
-            ", \"tokens_per_s\": 2000, \"peak_reserved_bytes\": 3145728, \"peak_allocated_bytes\": 1048576",
+            transformer,
+            none(),
+            json!({
+                "tokens_per_s": 2000,
+                "peak_reserved_bytes": 3_145_728,
+                "peak_allocated_bytes": 1_048_576,
+            }),
         ),
         session_line(
             "cwm",
-            "transformer",
-            "d128",
-            cublas,
-            ", \"tokens_per_s\": 2500, \"peak_reserved_bytes\": 2097152",
+            transformer,
+            json!({"cwm_args": "--products cublas"}),
+            json!({"tokens_per_s": 2500, "peak_reserved_bytes": 2_097_152}),
         ),
-        session_line("cwm", "transformer", "d128", "", ", \"tokens_per_s\": 1200"),
-        session_line("cwm", "gdn", "d512", "", ", \"tokens_per_s\": 300"),
-        session_line("torch", "mamba2", "d512", "", ", \"tokens_per_s\": 40"),
-        session_line("cwm", "slice", "d128", "", ", \"tokens_per_s\": 50")
-            .replace("\"batch\": 128", "\"batch\": 64"),
+        session_line("cwm", transformer, none(), tokens(1200)),
+        session_line("cwm", ("gdn", "d512"), none(), tokens(300)),
+        session_line("torch", ("mamba2", "d512"), none(), tokens(40)),
+        session_line("cwm", ("slice", "d128"), json!({"batch": 64}), tokens(50)),
         "{\"side\": \"cwm\"}".to_string(),
     ];
     let file = ws.dir.join("figures.jsonl");

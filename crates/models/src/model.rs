@@ -108,7 +108,22 @@ pub trait StateModel {
         targets: Tensor<3, Int>,
         valid: Tensor<2, Bool>,
     ) -> Result<crate::StateLoss, ModelError> {
-        let features = self.features(moves);
+        self.head_loss(kernel, self.features(moves), targets, valid)
+    }
+
+    /// The second half of [`StateModel::state_loss_with`]: the head on `features` (what
+    /// [`StateModel::features`] returned) and the loss, in the model's precision; a caller
+    /// that times the two halves apart (`cwm model bench`'s steps by phases) calls both.
+    ///
+    /// # Errors
+    /// As [`StateModel::state_loss_with`].
+    fn head_loss(
+        &self,
+        kernel: LossKernel,
+        features: Tensor<3>,
+        targets: Tensor<3, Int>,
+        valid: Tensor<2, Bool>,
+    ) -> Result<crate::StateLoss, ModelError> {
         crate::state_loss_in(
             self.precision(),
             kernel,

@@ -12,11 +12,11 @@
 //! `op(a) · op(b)` (`op` a transposition of the last two dimensions or none; dimensions before
 //! those a batch) as one differentiable operation, and [`product_of`] (tensors) and
 //! [`backend_product`] (a backend's primitives, inside another operation) the choice between it
-//! and burn's product: on CUDA with cuBLAS chosen by `cublasSgemmStridedBatched` in TF32 for
-//! `f32` operands, by `cublasGemmStridedBatchedEx` with `f32` accumulation for bf16 ones
-//! (Mamba-3's `Linear`s under the reference's autocast; `products/cublas.rs`), elsewhere by
-//! burn's product of the (transposed) operands. Its backward pass is two such products (with
-//! `g` the output's gradient):
+//! and burn's product: on CUDA with cuBLAS chosen by `cublasGemmStridedBatchedEx`, in TF32
+//! for `f32` operands, with `f32` accumulation for bf16 ones (Mamba-3's `Linear`s under the
+//! reference's autocast; `products/cublas.rs`), elsewhere by burn's product of the
+//! (transposed) operands. Its backward pass is two such products (with `g` the output's
+//! gradient):
 //!
 //! ```text
 //! c = a · b        da = g · bᵀ     db = aᵀ · g
@@ -228,7 +228,7 @@ pub(crate) fn output_shape(a: &[usize], m: usize, n: usize) -> burn::backend::Sh
     burn::backend::Shape::from(dims)
 }
 
-/// One `cublasSgemmStridedBatched` call's arguments for `c = op(a) · op(b)` with row-major
+/// One `cublasGemmStridedBatchedEx` call's arguments for `c = op(a) · op(b)` with row-major
 /// operands, a batch of one or more products.
 ///
 /// cuBLAS reads matrices column by column, and a row-major `[r, c]` matrix read so is its

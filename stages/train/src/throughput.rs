@@ -21,9 +21,9 @@
 //!
 //! After the timed steps, `phase_steps` more steps (untimed in the figures above) wait for the
 //! device after each of their four phases: the body's forward pass, the head with the loss, the
-//! backward pass, and the update with clipping and its read-back ([`Phases`]). Each phase's time is then what
-//! the device took to run it, or the host to record it where the host is slower: where a step's
-//! time goes, at no cost beyond those steps. The barriers keep the host from recording one
+//! backward pass, and the update with clipping and its read-back ([`Phases`]). Each phase's
+//! time is then what the device took to run it, or the host to record it where the host is
+//! slower: where a step's time goes, at no cost beyond those steps. The barriers keep the host from recording one
 //! phase while the device runs the one before, so the four together may exceed a timed step.
 
 use std::time::Instant;
@@ -32,7 +32,7 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, Model, ModelConfig, N_LABELS, Precision, START_TOKEN,
-    StateModel, device_by_name, label_classes, rng_lock, state_loss_in,
+    StateModel, device_by_name, label_classes, rng_lock,
 };
 
 use crate::adamw::{AdamW, AdamWConfig};
@@ -236,7 +236,7 @@ impl Bench<'_> {
                 .then(|| bench.barrier(step).map(|()| start.elapsed().as_secs_f64()))
                 .transpose()
         };
-        // `StateModel::state_loss_with`, in its two parts: the body, then the head and loss.
+        // `StateModel::state_loss_with`, in its two halves: the body, then the head and loss.
         let (loss, forward, head) = {
             let _guard = rng_lock();
             self.device
@@ -244,15 +244,10 @@ impl Bench<'_> {
             let batch = &self.batch;
             let features = model.features(batch.moves.clone());
             let forward = mark(self)?;
-            let loss = state_loss_in(
-                model.precision(),
-                self.options.loss,
-                features,
-                model.head(),
-                batch.targets.clone(),
-                batch.valid.clone(),
-            )?
-            .loss;
+            let (targets, valid) = (batch.targets.clone(), batch.valid.clone());
+            let loss = model
+                .head_loss(self.options.loss, features, targets, valid)?
+                .loss;
             (loss, forward, mark(self)?)
         };
         let detached = loss.clone().detach();

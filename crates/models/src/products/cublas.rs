@@ -1,7 +1,7 @@
 //! cuBLAS's product on device `cuda` (the parent module's docs): the operands' device memory
-//! through cubecl's client, `cublasSgemmStridedBatched` in TF32 for `f32` operands and
-//! `cublasGemmStridedBatchedEx` with `f32` accumulation for bf16 ones (Mamba-3's `Linear`s
-//! under the reference's autocast, `mixed.rs`), on a stream of its own,
+//! through cubecl's client, `cublasGemmStridedBatchedEx` in TF32 for `f32` operands and with
+//! `f32` accumulation for bf16 ones (Mamba-3's `Linear`s under the reference's autocast,
+//! `mixed.rs`), on a stream of its own,
 //! ordered against cubecl's kernels by waiting for both queues (`cublas`), or on the GPU by
 //! flags in device memory (`cublas-async`, `flags.rs`): cubecl's stream writes a flag the
 //! product's stream waits for (`cuStreamWaitValue32`), the product's stream writes one when
@@ -53,7 +53,7 @@ type CudaServer = <CudaRuntime as Runtime>::Server;
 /// The element types cuBLAS multiplies here, the same for both operands and the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Elem {
-    /// `f32` operands and output, multiplied on TF32 tensor cores (the handle's math mode).
+    /// `f32` operands and output, multiplied on TF32 tensor cores.
     F32,
     /// bf16 operands and output, the products accumulated in `f32`, as the reference's autocast
     /// multiplies.
@@ -74,6 +74,23 @@ impl Elem {
         match self {
             Elem::F32 => DType::F32,
             Elem::Bf16 => DType::BF16,
+        }
+    }
+
+    /// The matrices' type as cuBLAS names it.
+    fn data_type(self) -> blas_sys::cudaDataType {
+        match self {
+            Elem::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+            Elem::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        }
+    }
+
+    /// How cuBLAS computes: `f32` products on TF32 tensor cores (PyTorch's `allow_tf32`, the
+    /// reference's), bf16 ones accumulated in `f32`; `alpha` and `beta` are `f32` in both.
+    fn compute_type(self) -> blas_sys::cublasComputeType_t {
+        match self {
+            Elem::F32 => blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            Elem::Bf16 => blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         }
     }
 
@@ -344,7 +361,7 @@ thread_local! {
 }
 
 impl Blas {
-    /// A handle for device `index` in TF32, on a new non-blocking stream of the device's
+    /// A handle for device `index`, on a new non-blocking stream of the device's
     /// primary context (the one cubecl's CUDA runtime works in).
     fn new(index: usize) -> Result<Blas, String> {
         let ordinal = i32::try_from(index).map_err(|_| format!("device index {index}"))?;
@@ -367,19 +384,14 @@ impl Blas {
             flags: None,
         };
         // SAFETY: the handle and the stream were just made, in the current context.
-        unsafe {
-            blas::set_stream(handle, stream.cast())
-                .map_err(|e| format!("cublasSetStream: {e:?}"))?;
-            blas_sys::cublasSetMathMode(handle, blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH)
-                .result()
-                .map_err(|e| format!("cublasSetMathMode: {e:?}"))?;
-        }
+        unsafe { blas::set_stream(handle, stream.cast()) }
+            .map_err(|e| format!("cublasSetStream: {e:?}"))?;
         Ok(blas)
     }
 
     /// `gemm` on `b`, `a` and `c`'s device addresses, queued on the handle's stream: one call of
-    /// `cublasSgemmStridedBatched` for `f32` (a batch of one for a `Linear`'s product), of
-    /// `cublasGemmStridedBatchedEx` with bf16 matrices and `f32` accumulation for bf16.
+    /// `cublasGemmStridedBatchedEx` (a batch of one for a `Linear`'s product), its types and
+    /// computation `elem`'s.
     ///
     /// # Safety
     /// The addresses hold contiguous matrices of `elem` and `gemm`'s sizes (`gemm.batch` of
@@ -394,76 +406,41 @@ impl Blas {
             }
         };
         let int = |v: usize| i32::try_from(v).map_err(|_| format!("{v} is beyond cuBLAS's int"));
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let long = |v: usize| i64::try_from(v).map_err(|_| format!("{v} is beyond i64"));
-        let (ta, tb) = (op(gemm.transpose_first), op(gemm.transpose_second));
-        let (m, n, k, batch) = (int(gemm.m)?, int(gemm.n)?, int(gemm.k)?, int(gemm.batch)?);
-        let (ld_b, ld_a, ld_c) = (int(gemm.ld_first)?, int(gemm.ld_second)?, int(gemm.ld_out)?);
-        let strides = (
-            long(gemm.stride_first)?,
-            long(gemm.stride_second)?,
-            long(gemm.stride_out)?,
-        );
-        // SAFETY: the context was retained by `Blas::new` for the thread's life.
-        unsafe { driver::ctx::set_current(self.context) }
-            .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-        match elem {
-            // SAFETY: as the caller promises, for `f32` matrices; `alpha` and `beta` live
-            // through the call.
-            Elem::F32 => unsafe {
-                blas::sgemm_strided_batched(
-                    self.handle,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    &alpha,
-                    b as *const f32,
-                    ld_b,
-                    strides.0,
-                    a as *const f32,
-                    ld_a,
-                    strides.1,
-                    &beta,
-                    c as *mut f32,
-                    ld_c,
-                    strides.2,
-                    batch,
-                )
-                .map_err(|e| format!("cublasSgemmStridedBatched: {e:?}"))
-            },
-            // SAFETY: as the caller promises, for bf16 matrices; with `f32` computation
-            // `alpha` and `beta` are `f32`, and live through the call.
-            Elem::Bf16 => unsafe {
-                let bf16 = blas_sys::cudaDataType::CUDA_R_16BF;
-                blas::gemm_strided_batched_ex(
-                    self.handle,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    (&raw const alpha).cast(),
-                    b as *const c_void,
-                    bf16,
-                    ld_b,
-                    strides.0,
-                    a as *const c_void,
-                    bf16,
-                    ld_a,
-                    strides.1,
-                    (&raw const beta).cast(),
-                    c as *mut c_void,
-                    bf16,
-                    ld_c,
-                    strides.2,
-                    batch,
-                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-                .map_err(|e| format!("cublasGemmStridedBatchedEx: {e:?}"))
-            },
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let data = elem.data_type();
+        // SAFETY: as the caller promises; the context was retained by `Blas::new` for the
+        // thread's life; `alpha` and `beta` (`f32`, as `elem`'s computation wants) live through
+        // the call.
+        unsafe {
+            driver::ctx::set_current(self.context)
+                .map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+            blas::gemm_strided_batched_ex(
+                self.handle,
+                op(gemm.transpose_first),
+                op(gemm.transpose_second),
+                int(gemm.m)?,
+                int(gemm.n)?,
+                int(gemm.k)?,
+                (&raw const alpha).cast(),
+                b as *const c_void,
+                data,
+                int(gemm.ld_first)?,
+                long(gemm.stride_first)?,
+                a as *const c_void,
+                data,
+                int(gemm.ld_second)?,
+                long(gemm.stride_second)?,
+                (&raw const beta).cast(),
+                c as *mut c_void,
+                data,
+                int(gemm.ld_out)?,
+                long(gemm.stride_out)?,
+                int(gemm.batch)?,
+                elem.compute_type(),
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+            .map_err(|e| format!("cublasGemmStridedBatchedEx ({elem:?}): {e:?}"))
         }
     }
 
