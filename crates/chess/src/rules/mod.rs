@@ -5,7 +5,7 @@
 //! * [`status`] — the validity flags of python-chess 1.11.2 `Board.status()` on the FEN the labels
 //!   decode to, flag for flag, plus two stricter shakmaty-only flags ([`StatusFlags`], E1's V1).
 //! * [`syntactic`], [`counter_consistent`], [`prefix_consistent`] and [`validity`] — E1's tiers
-//!   V0..V3; [`affords`] — V4.
+//!   V0..V3; [`affords`] — V4; [`validity_and_affords`] — both, the labels read once.
 //! * [`playable`] — the position a state stands for, if shakmaty can play it (P2);
 //!   [`legal_ids`], [`move_of_token`], [`footprint`], [`play_labels`], [`ids_from`] — legal-move
 //!   sets as packed token ids, moves of tokens and transitions (E3, E4).
@@ -85,6 +85,7 @@ pub use queries::{
 pub use status::{StatusFlags, status};
 pub use tiers::{
     Tier, Validity, affords, counter_consistent, prefix_consistent, syntactic, validity,
+    validity_and_affords,
 };
 
 use shakmaty::{Bitboard, Board, ByColor, ByRole, Color, File, Rank, Role, Square};

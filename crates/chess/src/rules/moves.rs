@@ -22,11 +22,15 @@ use crate::encode::{
 /// rooks and a fullmove number of 0 clamped to 1; `None` when a label is out of range for its
 /// index (argmax labels never are). Nothing else is checked.
 pub fn setup_of(labels: &StateLabels) -> Option<Setup> {
-    let in_range = labels
+    in_range(labels).then(|| setup_of_reading(read_labels(labels)))
+}
+
+/// Whether every label is in range for its index.
+pub(crate) fn in_range(labels: &StateLabels) -> bool {
+    labels
         .iter()
         .zip(LABEL_CLASSES)
-        .all(|(&label, classes)| u16::from(label) < classes);
-    in_range.then(|| setup_of_reading(read_labels(labels)))
+        .all(|(&label, classes)| u16::from(label) < classes)
 }
 
 fn setup_of_reading(reading: Reading) -> Setup {
@@ -47,7 +51,16 @@ fn setup_of_reading(reading: Reading) -> Setup {
 /// empty board, a missing king, too many kings, pawns on a back rank or the side not to move in
 /// check remain (and for labels out of range).
 pub fn playable(labels: &StateLabels) -> Option<Chess> {
-    let setup = setup_of(labels)?;
+    position_of(setup_of(labels)?)
+}
+
+/// [`playable`] of labels in range, already read.
+pub(crate) fn playable_of_reading(reading: Reading) -> Option<Chess> {
+    position_of(setup_of_reading(reading))
+}
+
+/// The standard-chess position of `setup`, with [`playable`]'s leniency.
+fn position_of(setup: Setup) -> Option<Chess> {
     Chess::from_setup(setup, CastlingMode::Standard)
         .or_else(PositionError::ignore_invalid_castling_rights)
         .or_else(PositionError::ignore_invalid_ep_square)

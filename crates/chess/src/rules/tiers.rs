@@ -1,11 +1,11 @@
 //! E1's validity tiers: V0 syntactic, V1 valid position ([`status`](super::status)), V2
 //! counter-consistent, V3 prefix-consistent, and V4's next-move affordance.
 
+use super::moves::{in_range, playable_of_reading};
 use super::status::status_of;
 use super::{Reading, StatusFlags, move_of_token, playable, read_labels};
 use crate::encode::{
-    EP_FILE, EP_RANK, EpConvention, FULLMOVE_HI, HALFMOVE_HI, LABEL_CLASSES, SIDE_TO_MOVE,
-    StateLabels,
+    EP_FILE, EP_RANK, EpConvention, FULLMOVE_HI, HALFMOVE_HI, SIDE_TO_MOVE, StateLabels,
 };
 
 /// The highest cumulative tier a state reaches: each tier needs all the ones below it.
@@ -55,11 +55,7 @@ pub struct Validity {
 /// V0: every label is in range for its index, the en-passant file and rank are both "none" or
 /// both set, and the fullmove number is at least 1 (a FEN needs a positive number).
 pub fn syntactic(labels: &StateLabels) -> bool {
-    let in_range = labels
-        .iter()
-        .zip(LABEL_CLASSES)
-        .all(|(&label, classes)| u16::from(label) < classes);
-    in_range && ((labels[EP_FILE] == 0) == (labels[EP_RANK] == 0)) && fullmoves(labels) >= 1
+    in_range(labels) && ((labels[EP_FILE] == 0) == (labels[EP_RANK] == 0)) && fullmoves(labels) >= 1
 }
 
 /// The fullmove number of the labels.
@@ -93,12 +89,33 @@ pub fn prefix_consistent(labels: &StateLabels, t: u32) -> bool {
 
 /// The tier of a state after `t` plies and its flags under the data's en-passant convention.
 pub fn validity(labels: &StateLabels, t: u32, ep: EpConvention) -> Validity {
+    validity_of(labels, &read_labels(labels), t, ep)
+}
+
+/// [`validity`] and, with `next_token`, [`affords`] of one state, its labels read once.
+pub fn validity_and_affords(
+    labels: &StateLabels,
+    t: u32,
+    ep: EpConvention,
+    next_token: Option<u16>,
+) -> (Validity, Option<bool>) {
     let reading = read_labels(labels);
-    let flags = status_of(&reading, ep);
+    let validity = validity_of(labels, &reading, t, ep);
+    let affords = next_token.map(|token| {
+        in_range(labels)
+            && playable_of_reading(reading)
+                .is_some_and(|position| move_of_token(&position, token).is_some())
+    });
+    (validity, affords)
+}
+
+/// [`validity`] of labels already read.
+fn validity_of(labels: &StateLabels, reading: &Reading, t: u32, ep: EpConvention) -> Validity {
+    let flags = status_of(reading, ep);
     let passes = [
         syntactic(labels),
         flags.passes_v1(),
-        counters_consistent(&reading),
+        counters_consistent(reading),
         prefix_consistent(labels, t),
     ];
     let reached = passes.iter().take_while(|&&pass| pass).count();
@@ -189,6 +206,34 @@ mod tests {
         labels[FULLMOVE_HI + 1] = 0;
         assert!(prefix_consistent(&labels, 510));
         assert!(!prefix_consistent(&labels, 508));
+    }
+
+    #[test]
+    fn validity_and_affords_together_equal_each_on_its_own() {
+        // Perturbations of the initial state, label by label, each class in turn: every one
+        // read once by the pair and twice on its own.
+        // e2e4, b1c3, e7e5 and a token that is no move.
+        let moves = [(12 * 64 + 28) * 5, (64 + 18) * 5, (52 * 64 + 36) * 5, 7];
+        let mut checked = 0;
+        for label in 0..crate::encode::STATE_LEN {
+            for class in 0..crate::encode::LABEL_CLASSES[label].min(14) {
+                let mut labels = INITIAL_STATE;
+                labels[label] = class as u8;
+                for (i, &token) in moves.iter().enumerate() {
+                    let t = i as u32;
+                    let ep = EpConvention::ALL[i % 2];
+                    let (v, a) = validity_and_affords(&labels, t, ep, Some(token));
+                    assert_eq!(v, validity(&labels, t, ep), "label {label} = {class}");
+                    assert_eq!(a, Some(affords(&labels, token)), "label {label} = {class}");
+                    checked += 1;
+                }
+                assert_eq!(
+                    validity_and_affords(&labels, 0, EpConvention::Reference, None).1,
+                    None
+                );
+            }
+        }
+        assert!(checked > 3000, "{checked}");
     }
 
     #[test]
