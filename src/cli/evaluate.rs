@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cwm_stage::Progress;
-use cwm_stage_evaluate::{EvaluateOptions, evaluate};
+use cwm_stage_evaluate::{EvaluateOptions, MassOptions, evaluate};
 
 /// `cwm evaluate`: the reference metrics of a checkpoint on a data set.
 #[derive(Args)]
@@ -43,6 +43,16 @@ pub struct EvaluateArgs {
     /// Also write each label's p(target) and p(argmax) into predictions.parquet.
     #[arg(long)]
     probabilities: bool,
+    /// E12: states drawn from the label distributions at each sampled step, for the valid and
+    /// afford masses (0 = none).
+    #[arg(long, default_value_t = MassOptions::DEFAULT.samples)]
+    mass_samples: u32,
+    /// E12: steps sampled for the masses, a uniform draw without replacement (0 = every step).
+    #[arg(long, default_value_t = MassOptions::DEFAULT.steps)]
+    mass_steps: u64,
+    /// E12: seed of the sampled steps and the draws.
+    #[arg(long, default_value_t = MassOptions::DEFAULT.seed)]
+    mass_seed: u64,
 }
 
 /// Runs `cwm evaluate`.
@@ -56,6 +66,11 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
         threads,
         device: args.device.clone(),
         probabilities: args.probabilities,
+        mass: MassOptions {
+            samples: args.mass_samples,
+            steps: args.mass_steps,
+            seed: args.mass_seed,
+        },
         model_hash: None,
         data_hash: None,
     };
@@ -93,5 +108,15 @@ pub fn run(args: EvaluateArgs, threads: usize) -> Result<()> {
         summary.exact_games,
         summary.games
     );
+    if let Some(mass) = &summary.sampled_mass {
+        let share = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.5}"));
+        outln!(
+            "  valid_mass {}  afford_mass {} ({} states at each of {} steps)",
+            share(mass.valid_mass),
+            share(mass.afford_mass),
+            mass.samples,
+            mass.steps
+        );
+    }
     Ok(())
 }

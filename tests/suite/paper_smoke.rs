@@ -233,7 +233,14 @@ fn check_beyond_tables(report: &Path) {
             let csv = report.join(format!("beyond_{kind}_{split}.csv"));
             assert!(csv.is_file(), "{} is missing", csv.display());
         }
-        for kind in ["validity", "fields", "affordance", "memory", "novelty"] {
+        for kind in [
+            "validity",
+            "fields",
+            "affordance",
+            "memory",
+            "novelty",
+            "mass",
+        ] {
             for ext in ["svg", "png"] {
                 let figure = report.join(format!("figure_beyond_{kind}_{split}.{ext}"));
                 assert!(figure.is_file(), "{} is missing", figure.display());
@@ -249,6 +256,7 @@ fn check_beyond_tables(report: &Path) {
             1 + 7,
             "one row per family:\n{validity}"
         );
+        check_sampled_masses(&validity);
         let affordance =
             std::fs::read_to_string(report.join(format!("beyond_affordance_{split}.csv"))).unwrap();
         let header: Vec<&str> = affordance.lines().next().unwrap().split(',').collect();
@@ -262,6 +270,25 @@ fn check_beyond_tables(report: &Path) {
                 .parse()
                 .unwrap_or_else(|_| panic!("IoU {cell:?} in {row}"));
             assert!((0.0..=1.0).contains(&value), "{row}");
+        }
+    }
+}
+
+/// Every model has a valid and an afford mass in the validity CSV, each a percentage (the
+/// smoke run's evaluations sample all their steps, more than the 30 a value needs).
+fn check_sampled_masses(validity: &str) {
+    let header: Vec<&str> = validity.lines().next().unwrap().split(',').collect();
+    for name in ["Valid mass (%)", "Afford mass (%)"] {
+        let column = header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name:?} in {header:?}"));
+        for row in validity.lines().skip(1) {
+            let cell = row.split(',').nth(column).unwrap();
+            let value: f64 = cell
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} {cell:?} in {row}"));
+            assert!((0.0..=100.0).contains(&value), "{name} in {row}");
         }
     }
 }

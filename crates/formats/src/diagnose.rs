@@ -479,9 +479,31 @@ pub struct Mass {
     /// AUROC of `1 − min_j p_max` for telling non-exact steps from exact ones; `null` without
     /// `p_max` or without both kinds of step.
     pub auroc_min_p_max: Option<f64>,
-    /// Why the sampled valid and afford masses are absent: they need the full distributions,
-    /// which `predictions.parquet` does not hold.
-    pub valid_mass: String,
+    /// The sampled valid and afford masses, when the predictions carry them (an evaluate
+    /// artifact whose stage drew states: its `mass_samples` param); `null` otherwise.
+    #[serde(default)]
+    pub sampled: Option<SampledMass>,
+}
+
+/// E12's sampled masses: at each sampled step the evaluate stage drew `samples` states from the
+/// model's 75 label distributions, each label independently, and recorded the share of them
+/// that are valid positions and the share in which the game's next move is legal
+/// (`predictions.parquet`'s `valid_mass` and `afford_mass`). Means over the sampled steps,
+/// with game-level bootstrap intervals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampledMass {
+    /// States drawn per sampled step (`M`).
+    pub samples: u32,
+    /// Steps with a valid mass.
+    pub steps: u64,
+    /// Valid mass: the mean over sampled steps of the share of drawn states that reach V1
+    /// (well-formed and a valid position, as the `tiers` of [`Validity`] count them).
+    pub valid_mass: Rate,
+    /// Afford mass: the mean over sampled steps that have a next move of the share of drawn
+    /// states in which that move is legal (V4's check).
+    pub afford_mass: Rate,
+    /// Valid mass per sampled step in 20 equal bins over 0..=1 (the last one closed).
+    pub valid_mass_histogram: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -701,7 +723,13 @@ mod tests {
                 true_mass_histogram: vec![0; 20],
                 overconfident_error_rate: None,
                 auroc_min_p_max: None,
-                valid_mass: "needs full distributions".into(),
+                sampled: Some(SampledMass {
+                    samples: 64,
+                    steps: 20,
+                    valid_mass: rate(15.5, 20),
+                    afford_mass: rate(12.0, 18),
+                    valid_mass_histogram: vec![1; 20],
+                }),
             },
             novelty: None,
         }
@@ -744,5 +772,16 @@ mod tests {
         assert!(read.events.castling_since_lost.is_empty());
         assert!(read.events.promoted_identity.is_empty());
         assert_eq!(read.events.staleness, summary().events.staleness);
+    }
+
+    #[test]
+    fn a_summary_written_before_the_sampled_masses_reads_without_them() {
+        let mut value = serde_json::to_value(summary()).unwrap();
+        let mass = value["mass"].as_object_mut().unwrap();
+        assert!(mass.remove("sampled").is_some());
+        mass.insert("valid_mass".into(), "left out: no distributions".into());
+        let read: DiagnoseSummary = serde_json::from_value(value).unwrap();
+        assert_eq!(read.mass.sampled, None);
+        assert_eq!(read.mass.median_true_mass, summary().mass.median_true_mass);
     }
 }

@@ -63,6 +63,28 @@ pub struct EvaluateSummary {
     /// The truncation used (0 = none, also when absent).
     #[serde(default)]
     pub max_steps: u64,
+    /// E12's sampled masses, when the stage drew states (`null` when it did not, and in
+    /// summaries written before they existed).
+    #[serde(default)]
+    pub sampled_mass: Option<SampledMassSummary>,
+}
+
+/// What the evaluate stage's draws of states found (beyond-spec E12): plain means over the
+/// sampled steps. The diagnose stage gives the same means with intervals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampledMassSummary {
+    /// States drawn per sampled step.
+    pub samples: u32,
+    /// The sampling's seed.
+    pub seed: u64,
+    /// Steps sampled.
+    pub steps: u64,
+    /// Mean share of drawn states that reach V1 (`null` without sampled steps).
+    pub valid_mass: Option<f64>,
+    /// Sampled steps with a next move.
+    pub steps_with_next_move: u64,
+    /// Mean share of drawn states in which the next move is legal, over those steps.
+    pub afford_mass: Option<f64>,
 }
 
 impl Versioned for EvaluateSummary {
@@ -136,6 +158,14 @@ mod tests {
             trajectory: 0.0,
             exact_games: 0,
             max_steps: 0,
+            sampled_mass: Some(SampledMassSummary {
+                samples: 64,
+                seed: 0,
+                steps: 100,
+                valid_mass: Some(0.75),
+                steps_with_next_move: 99,
+                afford_mass: None,
+            }),
         }
     }
 
@@ -145,9 +175,13 @@ mod tests {
     }
 
     /// A `summary.json` as the evaluate stage wrote it before formats were versioned, and one
-    /// from before `exact_games` and `max_steps` were recorded.
+    /// from before `exact_games` and `max_steps` were recorded (both before the sampled masses).
     #[test]
     fn evaluate_summary_of_today_reads() {
+        let before_masses = EvaluateSummary {
+            sampled_mass: None,
+            ..summary()
+        };
         let dir = scratch("evaluate");
         let path = dir.join(SUMMARY_FILE);
         std::fs::write(
@@ -174,7 +208,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             crate::read_json::<EvaluateSummary>(&path).unwrap(),
-            summary()
+            before_masses
         );
         std::fs::write(
             &path,
@@ -185,7 +219,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             crate::read_json::<EvaluateSummary>(&path).unwrap(),
-            summary()
+            before_masses
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -16,8 +16,13 @@
 //! | `log_p_true` | float32 | Σ over the 75 labels of ln p(target label): the log of the true-state mass |
 //! | `p_true` | fixed_size_list<float32, 75>, optional | p(target label), per label |
 //! | `p_max` | fixed_size_list<float32, 75>, optional | p(argmax label), per label |
+//! | `valid_mass` | float32, nullable, optional | E12: the share of states drawn from the 75 label distributions that reach V1 (null where the step was not sampled) |
+//! | `afford_mass` | float32, nullable, optional | E12: the share of those states in which the game's next move is legal (null also at a game's last evaluated step) |
 //!
-//! The optional columns are present when the evaluate stage ran with `probabilities: true`.
+//! `p_true` and `p_max` are present when the evaluate stage ran with `probabilities: true`;
+//! `valid_mass` and `afford_mass` when it drew states (`mass_samples` > 0), at the steps it
+//! sampled (`mass_steps`), with the number of states drawn per step under
+//! [`MASS_SAMPLES_KEY`] in the key-value metadata.
 //! The file's key-value metadata holds [`EP_CONVENTION_KEY`]: the en-passant convention of the
 //! evaluated labels (`reference` or `legal_capture`), copied from the tokenize shards
 //! (`reference` for reference JSONL input; absent only for shards that do not name one).
@@ -30,6 +35,8 @@
 pub const PREDICTIONS_FILE: &str = "predictions.parquet";
 /// The Parquet key-value metadata key naming the labels' en-passant convention.
 pub const EP_CONVENTION_KEY: &str = "cwm.ep_convention";
+/// The Parquet key-value metadata key holding the states drawn per sampled step (E12).
+pub const MASS_SAMPLES_KEY: &str = "cwm.mass_samples";
 
 /// Column names, in file order.
 pub mod columns {
@@ -51,6 +58,10 @@ pub mod columns {
     pub const P_TRUE: &str = "p_true";
     /// p(argmax label) per label (optional).
     pub const P_MAX: &str = "p_max";
+    /// The share of drawn states that reach V1 (optional, nullable).
+    pub const VALID_MASS: &str = "valid_mass";
+    /// The share of drawn states in which the next move is legal (optional, nullable).
+    pub const AFFORD_MASS: &str = "afford_mass";
 }
 
 /// One row of `predictions.parquet`.
@@ -74,4 +85,8 @@ pub struct PredictionRow {
     pub p_true: Option<[f32; crate::labels::N_LABELS]>,
     /// p(argmax label) per label, when written.
     pub p_max: Option<[f32; crate::labels::N_LABELS]>,
+    /// The valid mass, at a sampled step.
+    pub valid_mass: Option<f32>,
+    /// The afford mass, at a sampled step with a next move.
+    pub afford_mass: Option<f32>,
 }

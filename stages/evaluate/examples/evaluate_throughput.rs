@@ -1,16 +1,16 @@
 //! The `evaluate` stage's speed on real tokenized games, with a freshly initialised model.
 //!
 //! ```text
-//! cargo run --release -p cwm-stage-evaluate --example evaluate_throughput -- DATA [RUNS] [SIZE] [probabilities]
+//! cargo run --release -p cwm-stage-evaluate --example evaluate_throughput -- DATA [RUNS] [SIZE] [probabilities] [no-masses]
 //! ```
 //!
 //! `DATA` is a `tokenize` artifact (the default pipeline's `tokenize_test`, say: `cwm run --only
 //! tokenize_test`, then `cwm show tokenize_test` prints its path). The example saves a freshly
 //! initialised Transformer of `SIZE` (d128, d256, d384 or d512; default d128; the weights do
 //! not change the work) into a temporary directory, then runs [`evaluate`] `RUNS` times
-//! (default 5) on the CPU with the stage's defaults, `probabilities` as given, and prints each
-//! run's time, the median and steps per second. The arguments after `DATA` may come in any
-//! order.
+//! (default 5) on the CPU with the stage's defaults, `probabilities` as given and E12's sampled
+//! masses unless `no-masses` is, and prints each run's time, the median and steps per second.
+//! The arguments after `DATA` may come in any order.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -18,7 +18,7 @@ use std::time::Instant;
 use burn::prelude::Device;
 use cwm_models::{Family, Model, ModelConfig, Size, save_model};
 use cwm_stage::Progress;
-use cwm_stage_evaluate::{EvaluateOptions, evaluate};
+use cwm_stage_evaluate::{EvaluateOptions, MassOptions, evaluate};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -26,12 +26,15 @@ fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
     let data = PathBuf::from(
         args.next()
-            .ok_or("usage: evaluate_throughput DATA [RUNS] [SIZE] [probabilities]")?,
+            .ok_or("usage: evaluate_throughput DATA [RUNS] [SIZE] [probabilities] [no-masses]")?,
     );
     let (mut runs, mut size, mut probabilities) = (5usize, Size::D128, false);
+    let mut mass = MassOptions::DEFAULT;
     for arg in args {
         if arg == "probabilities" {
             probabilities = true;
+        } else if arg == "no-masses" {
+            mass = MassOptions::OFF;
         } else if let Ok(n) = arg.parse() {
             runs = n;
         } else {
@@ -47,6 +50,7 @@ fn main() -> Result<(), Error> {
     let options = EvaluateOptions {
         split: "test_real".into(),
         probabilities,
+        mass,
         ..EvaluateOptions::default()
     };
     let mut times = Vec::with_capacity(runs);

@@ -8,7 +8,9 @@
 //!   labels, START included, as the reference's truncation), `device` (`cpu`, `cuda` or
 //!   `cuda:N`; `cuda` claims one GPU from the executor and runs on the one it assigns, an
 //!   explicit `cuda:N` runs where it says), `probabilities` (false: also write each label's
-//!   p(target) and p(argmax) into `predictions.parquet`), `threads` (0 = all).
+//!   p(target) and p(argmax) into `predictions.parquet`), `mass_samples` (64), `mass_steps`
+//!   (100,000) and `mass_seed` (0): E12's sampled masses ([`crate::mass`]; 0 samples for
+//!   none), `threads` (0 = all).
 //! * **Output** `out`: `timesteps.parquet`, `games.parquet`, `predictions.parquet` and
 //!   `summary.json` ([`EvaluateSummary`], of [`cwm_formats::evaluate`]); see [`crate::tables`]
 //!   for the columns and [`cwm_formats::predictions`] for `predictions.parquet`, which holds
@@ -26,7 +28,9 @@
 //! of every label per label group and, with `probabilities`, the softmax's value at the target
 //! and at the argmax, packed into one tensor that is read back once per batch. The per-group
 //! hits of `timesteps.parquet` are counted from those argmaxes and must add up to
-//! [`cwm_models::correct_counts`]'s total, computed separately.
+//! [`cwm_models::correct_counts`]'s total, computed separately. For E12's sampled masses the
+//! rows of the sampled steps are picked out of the logits on the backend and only their
+//! per-label softmax is read back; the draws then run on the CPU, a step per task.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Lines};
@@ -48,6 +52,9 @@ use cwm_stage::{
 use cwm_stage_data::{ShardReader, TokenizedGame};
 
 use crate::EvalError;
+use crate::mass::{
+    MassOptions, MassSampler, MassTotals, StepMass, mass_line, mass_sampler, sampled_masses,
+};
 use crate::tables::{GameRow, SUMMARY_FILE, StepRow, TableWriters};
 
 /// Width of the prefix bins the summary's metrics accumulator keeps (the reference's default).
@@ -75,6 +82,8 @@ pub struct EvaluateOptions {
     pub device: String,
     /// Also write each label's p(target) and p(argmax) into `predictions.parquet`.
     pub probabilities: bool,
+    /// E12's sampled masses ([`MassOptions::OFF`] for none).
+    pub mass: MassOptions,
     /// The model artifact's hash, when known.
     pub model_hash: Option<String>,
     /// The data artifact's hash, when known.
@@ -91,6 +100,7 @@ impl Default for EvaluateOptions {
             threads: 0,
             device: "cpu".to_owned(),
             probabilities: false,
+            mass: MassOptions::DEFAULT,
             model_hash: None,
             data_hash: None,
         }
@@ -271,6 +281,9 @@ pub struct BatchResult {
     pub log_p_true: Vec<f32>,
     /// Each label's probabilities, when asked for.
     pub probabilities: Option<LabelProbabilities>,
+    /// E12's sampled masses, row-major `[games, seq_len]` (`None` at a step not sampled);
+    /// empty when no step is sampled.
+    pub masses: Vec<Option<StepMass>>,
 }
 
 /// Per-label probabilities of a batch, each row-major `[games, seq_len, 75]`.
@@ -292,7 +305,8 @@ fn read_i64(tensor: Tensor<2, Int>, what: &str) -> Result<Vec<i64>, EvalError> {
 
 /// Runs `model` on one batch of games (each truncated to `max_steps` tokens when non-zero)
 /// and computes every step's correct counts per label group, its loss, the argmax of every
-/// label and, with `probabilities`, each label's p(target) and p(argmax).
+/// label, with `probabilities` each label's p(target) and p(argmax), and with `masses` E12's
+/// sampled masses at the steps it samples.
 ///
 /// # Errors
 /// [`EvalError::Model`] when the model or the loss fails; [`EvalError::Invalid`] when a
@@ -302,6 +316,7 @@ pub fn evaluate_batch(
     games: &[TokenizedGame],
     max_steps: usize,
     probabilities: bool,
+    masses: Option<&MassSampler>,
     device: &Device,
 ) -> Result<BatchResult, EvalError> {
     let lengths: Vec<usize> = games
@@ -325,6 +340,7 @@ pub fn evaluate_batch(
             pred: Vec::new(),
             log_p_true: Vec::new(),
             probabilities: None,
+            masses: Vec::new(),
         });
     }
     let (moves, labels) = padded_inputs(games, &lengths, seq_len)?;
@@ -345,6 +361,10 @@ pub fn evaluate_batch(
         correct_counts(logits.clone(), targets.clone()).map_err(model_err)?,
         "correct counts",
     )?;
+    let masses = match masses {
+        Some(sampler) => sampled_masses(&logits, games, &lengths, sampler, device)?,
+        None => Vec::new(),
+    };
     let (pred, probs) = label_outputs(logits, &targets, probabilities)?;
     let hits = GroupHits::count(&pred, &labels);
     let mut loss_sum = 0.0f64;
@@ -371,6 +391,7 @@ pub fn evaluate_batch(
         pred,
         log_p_true: per_step.iter().map(|loss| -loss).collect(),
         probabilities: probs,
+        masses,
     })
 }
 
@@ -632,9 +653,15 @@ fn run_evaluation(
         GameSource::Shards(_) => ShardReader::ep_convention(data)?,
         GameSource::Jsonl { .. } => Some(JSONL_EP_CONVENTION.to_owned()),
     };
+    let sampler = mass_sampler(data, options, ep_convention.as_deref(), cancelled)?;
     let mut metrics = StateMetrics::new(BIN_SIZE).map_err(|e| EvalError::model("metrics", e))?;
-    let mut writers =
-        TableWriters::create(out_dir, options.probabilities, ep_convention.as_deref())?;
+    let mut writers = TableWriters::create(
+        out_dir,
+        options.probabilities,
+        ep_convention.as_deref(),
+        sampler.map(|s| s.options.samples),
+    )?;
+    let mut mass_totals = MassTotals::default();
     let mut batch: Vec<TokenizedGame> = Vec::with_capacity(options.batch_size);
     let mut taken = 0u64;
     loop {
@@ -661,8 +688,10 @@ fn run_evaluation(
             &batch,
             options.max_steps,
             options.probabilities,
+            sampler.as_ref(),
             device,
         )?;
+        mass_totals.add(&result.masses);
         metrics
             .add_batch(
                 &result.correct,
@@ -694,6 +723,7 @@ fn run_evaluation(
         trajectory: metrics.game_exact(),
         exact_games,
         max_steps: options.max_steps as u64,
+        sampled_mass: sampler.map(|s| mass_totals.summary(&s.options)),
     };
     cwm_formats::write_json(&out_dir.join(SUMMARY_FILE), &summary)?;
     Ok(summary)
@@ -739,6 +769,24 @@ const PARAMS: &[ParamSpec] = &[
         ParamDefault::Bool(false),
         "also write each label's p(target) and p(argmax) into predictions.parquet (2 x 75 float32 per step)",
     ),
+    ParamSpec::with_default(
+        "mass_samples",
+        ParamType::Int,
+        ParamDefault::Int(64),
+        "E12: states drawn from the label distributions at each sampled step, for its valid and afford masses (0 = none)",
+    ),
+    ParamSpec::with_default(
+        "mass_steps",
+        ParamType::Int,
+        ParamDefault::Int(100_000),
+        "E12: steps sampled for the masses, a uniform draw without replacement (0 = every step)",
+    ),
+    ParamSpec::with_default(
+        "mass_seed",
+        ParamType::Int,
+        ParamDefault::Int(0),
+        "E12: seed of the sampled steps and the draws",
+    ),
     cwm_stage::THREADS_PARAM,
 ];
 
@@ -781,10 +829,12 @@ impl StageKind for EvaluateStage {
                     "src/lib.rs",
                     "src/error.rs",
                     "src/evaluate.rs",
+                    "src/mass.rs",
                     "src/tables.rs",
                 ],
             ),
             cwm_models::SOURCE_FINGERPRINT,
+            cwm_random_uniform::SOURCE_FINGERPRINT,
             &cwm_stage_data::shard_or_jsonl_reader_fingerprint(),
             cwm_chess::SOURCE_FINGERPRINT,
         ])
@@ -811,6 +861,12 @@ impl StageKind for EvaluateStage {
             threads: ctx.threads(),
             device,
             probabilities: params.bool("probabilities")?,
+            mass: MassOptions {
+                samples: u32::try_from(uint_param(params, "mass_samples")?)
+                    .map_err(|_| StageError::Param("mass_samples must be below 2^32".into()))?,
+                steps: uint_param(params, "mass_steps")?,
+                seed: uint_param(params, "mass_seed")?,
+            },
             model_hash: hash("model"),
             data_hash: hash("data"),
         };
@@ -843,6 +899,7 @@ impl StageKind for EvaluateStage {
             summary.exact_state,
             summary.trajectory
         ));
+        ctx.log().line(mass_line(&summary, &options.mass));
         Ok(())
     }
 }

@@ -7,8 +7,9 @@
 //!   `timesteps.parquet` (one row per valid step), `games.parquet` (one row per game),
 //!   `predictions.parquet` (per valid step, in the same order: the predicted and the true 75
 //!   labels, the input move, the log-probability of the true state and, with the
-//!   `probabilities` param, each label's p(target) and p(argmax)) and `summary.json` (spec
-//!   A.5's micro-averages). It is also what `cwm evaluate` runs.
+//!   `probabilities` param, each label's p(target) and p(argmax), and E12's sampled valid and
+//!   afford masses, [`mass`]) and `summary.json` (spec A.5's micro-averages). It is also what
+//!   `cwm evaluate` runs.
 //! * [`bin_prefix`] aggregates an evaluate artifact's `timesteps.parquet` with a DataFusion query
 //!   (three columns scanned) and writes `bins.parquet` and `summary.json`.
 //! * [`select`] reads the `summary.json` of many `train` artifacts and writes `selected.json`,
@@ -36,6 +37,7 @@
 pub mod bin_prefix;
 mod error;
 pub mod evaluate;
+pub mod mass;
 pub mod select;
 pub mod tables;
 
@@ -47,6 +49,7 @@ pub use evaluate::{
     EvaluateOptions, EvaluateStage, EvaluateSummary, GameSource, LabelProbabilities,
     checkpoint_dir, evaluate, evaluate_batch,
 };
+pub use mass::{MassOptions, MassSampler, StepMass};
 pub use select::{
     Metric, RankPick, RunInput, SelectRule, SelectStage, Selection, select_runs, write_selection,
 };

@@ -13,7 +13,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use cwm_formats::fs::AtomicFile;
 use cwm_formats::labels::N_LABELS;
-use cwm_formats::predictions::{EP_CONVENTION_KEY, columns};
+use cwm_formats::predictions::{EP_CONVENTION_KEY, MASS_SAMPLES_KEY, columns};
 use cwm_stage_data::TokenizedGame;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -61,8 +61,9 @@ fn labels_type(item: DataType) -> DataType {
 }
 
 /// Schema of `predictions.parquet` ([`cwm_formats::predictions`]), with the `p_true` and
-/// `p_max` columns when `probabilities` is set.
-pub fn predictions_schema(probabilities: bool) -> SchemaRef {
+/// `p_max` columns when `probabilities` is set and the nullable `valid_mass` and
+/// `afford_mass` when `masses` is.
+pub fn predictions_schema(probabilities: bool, masses: bool) -> SchemaRef {
     let mut fields = vec![
         Field::new(columns::GAME_ID, DataType::Utf8, false),
         Field::new(columns::T, DataType::UInt32, false),
@@ -83,6 +84,10 @@ pub fn predictions_schema(probabilities: bool) -> SchemaRef {
             labels_type(DataType::Float32),
             false,
         ));
+    }
+    if masses {
+        fields.push(Field::new(columns::VALID_MASS, DataType::Float32, true));
+        fields.push(Field::new(columns::AFFORD_MASS, DataType::Float32, true));
     }
     Arc::new(Schema::new(fields))
 }
@@ -163,21 +168,24 @@ pub(crate) struct TableWriters {
     games: PendingParquet,
     predictions: PendingParquet,
     probabilities: bool,
+    masses: bool,
 }
 
 impl TableWriters {
     /// Creates `timesteps.parquet`, `games.parquet` and `predictions.parquet` (under temporary
     /// names) in `dir`; `predictions.parquet` gets the `p_true` and `p_max` columns when
-    /// `probabilities` is set, and `ep_convention` (when known) under [`EP_CONVENTION_KEY`].
+    /// `probabilities` is set, `ep_convention` (when known) under [`EP_CONVENTION_KEY`], and
+    /// with `mass_samples` the E12 columns and the samples under [`MASS_SAMPLES_KEY`].
     pub(crate) fn create(
         dir: &Path,
         probabilities: bool,
         ep_convention: Option<&str>,
+        mass_samples: Option<u32>,
     ) -> Result<Self, EvalError> {
-        let metadata = ep_convention
-            .map(|ep| KeyValue::new(EP_CONVENTION_KEY.to_owned(), ep.to_owned()))
-            .into_iter()
-            .collect();
+        let ep = ep_convention.map(|ep| KeyValue::new(EP_CONVENTION_KEY.to_owned(), ep.to_owned()));
+        let samples =
+            mass_samples.map(|m| KeyValue::new(MASS_SAMPLES_KEY.to_owned(), m.to_string()));
+        let metadata = ep.into_iter().chain(samples).collect();
         Ok(Self {
             timesteps: PendingParquet::create(
                 &dir.join(TIMESTEPS_FILE),
@@ -191,10 +199,11 @@ impl TableWriters {
             )?,
             predictions: PendingParquet::create(
                 &dir.join(PREDICTIONS_FILE),
-                predictions_schema(probabilities),
+                predictions_schema(probabilities, mass_samples.is_some()),
                 predictions_properties(metadata),
             )?,
             probabilities,
+            masses: mass_samples.is_some(),
         })
     }
 
@@ -208,7 +217,7 @@ impl TableWriters {
         self.timesteps
             .write(timesteps_columns(&result.games, &result.steps))?;
         self.games.write(games_columns(&result.games))?;
-        let columns = prediction_columns(games, result, self.probabilities)
+        let columns = prediction_columns(games, result, self.probabilities, self.masses)
             .map_err(|e| EvalError::arrow(&self.predictions.path, e))?;
         self.predictions.write(columns)
     }
@@ -279,6 +288,7 @@ fn prediction_columns(
     games: &[TokenizedGame],
     result: &BatchResult,
     probabilities: bool,
+    masses: bool,
 ) -> Result<Vec<ArrayRef>, arrow::error::ArrowError> {
     let n: usize = result.lengths.iter().sum();
     let mut ids: Vec<&str> = Vec::with_capacity(n);
@@ -345,6 +355,16 @@ fn prediction_columns(
                 DataType::Float32,
             )?);
         }
+    }
+    if masses {
+        let at = |i: usize| result.masses.get(i).copied().flatten();
+        let valid: Float32Array = steps.iter().map(|&i| at(i).map(|m| m.valid)).collect();
+        let afford: Float32Array = steps
+            .iter()
+            .map(|&i| at(i).and_then(|m| m.afford))
+            .collect();
+        columns.push(Arc::new(valid));
+        columns.push(Arc::new(afford));
     }
     Ok(columns)
 }

@@ -240,13 +240,14 @@ impl<'a> Measuring<'a> {
             None => (target, LabelSet::EMPTY),
         };
         self.memory.step(t as u32, previous, target, pred, promoted);
-        mass::measure(
-            rows.log_p_true[t],
-            rows.p_max(t),
-            exact,
-            tally,
-            &mut self.result.mass,
-        );
+        let (valid, afford) = rows.sampled_mass(t);
+        let step = mass::StepMass {
+            log_p_true: rows.log_p_true[t],
+            p_max: rows.p_max(t),
+            valid,
+            afford,
+        };
+        mass::measure(&step, exact, tally, &mut self.result.mass);
         self.exact.push(exact);
         self.tags.push(tag_bits);
         self.result.steps.rows.push(StepRow {

@@ -1,16 +1,16 @@
 //! E12: probability mass. The true-state mass of a step is `exp(log_p_true)` (the product of
 //! the 75 labels' probabilities of their true class); with the optional `p_max` column also
-//! the overconfident-error rate and how well `min_j p_max` tells wrong steps from right ones.
+//! the overconfident-error rate and how well `min_j p_max` tells wrong steps from right ones;
+//! with the optional `valid_mass` and `afford_mass` columns (the evaluate stage's draws of
+//! states at sampled steps) their means over the sampled steps and the valid mass's histogram.
 //!
 //! The median and the AUROC come from histograms, so that memory does not grow with the
 //! number of steps: a value `x ≥ 0` (`−log_p_true`, or `1 − min_j p_max`) falls in the bin
 //! of its single-precision bits without the 13 lowest, i.e. it is kept to 10 significant
 //! bits (a relative resolution of 0.1%). The order of the bins is the order of the values, so
-//! the AUROC is exact up to ties within a bin, which count one half. The sampled valid and
-//! afford masses of the specification need the full distributions, which
-//! `predictions.parquet` does not hold; they are left out.
+//! the AUROC is exact up to ties within a bin, which count one half.
 
-use cwm_formats::diagnose::Mass;
+use cwm_formats::diagnose::{Mass, SampledMass};
 
 use super::slots;
 use crate::stats::{Estimates, finite};
@@ -19,8 +19,12 @@ const FINITE: usize = 0;
 const ABOVE_HALF: usize = 1;
 const OVERCONFIDENT: usize = 2;
 const NON_EXACT_WITH_P_MAX: usize = 3;
+const VALID_STEPS: usize = 4;
+const VALID_SUM: usize = 5;
+const AFFORD_STEPS: usize = 6;
+const AFFORD_SUM: usize = 7;
 /// Slots E12 uses.
-pub const SLOTS: usize = 4;
+pub const SLOTS: usize = 8;
 
 const fn slot(local: usize) -> usize {
     slots::MASS + local
@@ -58,26 +62,53 @@ pub struct GameMass {
     pub uncertainty: Vec<(u32, bool)>,
     /// True-state mass in 20 bins.
     pub mass_bins: [u64; MASS_BINS],
+    /// Valid mass of the sampled steps in 20 bins.
+    pub valid_bins: [u64; MASS_BINS],
+}
+
+/// The bin of a mass in 0..=1 among 20 equal ones (the last one closed).
+fn mass_bin(mass: f64) -> usize {
+    ((mass.clamp(0.0, 1.0) * MASS_BINS as f64) as usize).min(MASS_BINS - 1)
+}
+
+/// What one step's row holds for E12.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepMass<'a> {
+    /// `Σ ln p(target label)`.
+    pub log_p_true: f32,
+    /// `p_max` per label, when the file has it.
+    pub p_max: Option<&'a [f32]>,
+    /// The sampled valid mass, at a sampled step.
+    pub valid: Option<f32>,
+    /// The sampled afford mass, at a sampled step with a next move.
+    pub afford: Option<f32>,
 }
 
 /// Measures one step.
 pub fn measure(
-    log_p_true: f32,
-    p_max: Option<&[f32]>,
+    step: &StepMass<'_>,
     exact: bool,
     tally: &mut crate::stats::Tally,
     game: &mut GameMass,
 ) {
-    let log_p = f64::from(log_p_true);
+    let log_p = f64::from(step.log_p_true);
     if !log_p.is_nan() {
         let mass = log_p.exp();
         tally.add(slot(FINITE), 1.0);
         tally.count(slot(ABOVE_HALF), mass > 0.5);
         game.neg_log_mass.push(key(-log_p));
-        let bin = ((mass.clamp(0.0, 1.0) * MASS_BINS as f64) as usize).min(MASS_BINS - 1);
-        game.mass_bins[bin] += 1;
+        game.mass_bins[mass_bin(mass)] += 1;
     }
-    if let Some(p_max) = p_max {
+    if let Some(valid) = step.valid {
+        tally.add(slot(VALID_STEPS), 1.0);
+        tally.add(slot(VALID_SUM), f64::from(valid));
+        game.valid_bins[mass_bin(f64::from(valid))] += 1;
+    }
+    if let Some(afford) = step.afford {
+        tally.add(slot(AFFORD_STEPS), 1.0);
+        tally.add(slot(AFFORD_SUM), f64::from(afford));
+    }
+    if let Some(p_max) = step.p_max {
         let min = p_max.iter().copied().fold(f32::INFINITY, f32::min);
         if !exact {
             tally.add(slot(NON_EXACT_WITH_P_MAX), 1.0);
@@ -96,18 +127,23 @@ pub struct MassCounts {
     exact: Vec<u64>,
     non_exact: Vec<u64>,
     mass_bins: [u64; MASS_BINS],
+    valid_bins: [u64; MASS_BINS],
     has_p_max: bool,
+    mass_samples: Option<u32>,
 }
 
 impl MassCounts {
-    /// Empty histograms; `has_p_max` says whether the predictions carry `p_max`.
-    pub fn new(has_p_max: bool) -> MassCounts {
+    /// Empty histograms; `has_p_max` says whether the predictions carry `p_max`,
+    /// `mass_samples` the states drawn per sampled step when they carry the sampled masses.
+    pub fn new(has_p_max: bool, mass_samples: Option<u32>) -> MassCounts {
         MassCounts {
             neg_log_mass: vec![0; KEYS],
             exact: if has_p_max { vec![0; KEYS] } else { Vec::new() },
             non_exact: if has_p_max { vec![0; KEYS] } else { Vec::new() },
             mass_bins: [0; MASS_BINS],
+            valid_bins: [0; MASS_BINS],
             has_p_max,
+            mass_samples,
         }
     }
 
@@ -129,6 +165,9 @@ impl MassCounts {
             }
         }
         for (a, b) in self.mass_bins.iter_mut().zip(game.mass_bins) {
+            *a += b;
+        }
+        for (a, b) in self.valid_bins.iter_mut().zip(game.valid_bins) {
             *a += b;
         }
     }
@@ -181,9 +220,13 @@ pub fn summarise(estimates: &Estimates, counts: &MassCounts) -> Mass {
             .has_p_max
             .then(|| estimates.rate(slot(OVERCONFIDENT), slot(NON_EXACT_WITH_P_MAX))),
         auroc_min_p_max: counts.auroc(),
-        valid_mass: "left out: the sampled valid and afford masses need each label's full \
-                     distribution, which predictions.parquet does not hold"
-            .to_owned(),
+        sampled: counts.mass_samples.map(|samples| SampledMass {
+            samples,
+            steps: estimates.total(slot(VALID_STEPS)).round() as u64,
+            valid_mass: estimates.rate(slot(VALID_SUM), slot(VALID_STEPS)),
+            afford_mass: estimates.rate(slot(AFFORD_SUM), slot(AFFORD_STEPS)),
+            valid_mass_histogram: counts.valid_bins.to_vec(),
+        }),
     }
 }
 
@@ -198,9 +241,15 @@ mod tests {
         let mut game = GameMass::default();
         for (log_p, p_max, exact) in steps {
             tally.count(slots::NON_EXACT, !exact);
-            measure(*log_p, p_max.as_deref(), *exact, &mut tally, &mut game);
+            let step = StepMass {
+                log_p_true: *log_p,
+                p_max: p_max.as_deref(),
+                valid: None,
+                afford: None,
+            };
+            measure(&step, *exact, &mut tally, &mut game);
         }
-        let mut counts = MassCounts::new(has_p_max);
+        let mut counts = MassCounts::new(has_p_max, None);
         counts.add(&game);
         let bootstrap = Bootstrap::default();
         summarise(
@@ -227,6 +276,47 @@ mod tests {
         assert_eq!(mass.auroc_min_p_max, None);
         assert_eq!(mass.true_mass_histogram.iter().sum::<u64>(), 5);
         assert_eq!(mass.true_mass_histogram[19], 1, "0.97");
+        assert_eq!(mass.sampled, None, "no sampled masses in the predictions");
+    }
+
+    #[test]
+    fn sampled_masses_are_means_over_the_steps_that_have_them() {
+        // (valid, afford) of five steps: two not sampled, one sampled at the last step.
+        let steps = [
+            (Some(1.0), Some(0.75)),
+            (None, None),
+            (Some(0.25), Some(0.25)),
+            (None, None),
+            (Some(0.5), None),
+        ];
+        let mut tally = Tally::new();
+        let mut game = GameMass::default();
+        for (valid, afford) in steps {
+            let step = StepMass {
+                log_p_true: -0.1,
+                p_max: None,
+                valid,
+                afford,
+            };
+            measure(&step, true, &mut tally, &mut game);
+        }
+        let mut counts = MassCounts::new(false, Some(64));
+        counts.add(&game);
+        let bootstrap = Bootstrap::default();
+        let estimates = Estimates {
+            totals: tally.values(),
+            bootstrap: &bootstrap,
+        };
+        let sampled = summarise(&estimates, &counts).sampled.unwrap();
+        assert_eq!((sampled.samples, sampled.steps), (64, 3));
+        assert_eq!((sampled.valid_mass.num, sampled.valid_mass.n), (1.75, 3));
+        assert_eq!((sampled.afford_mass.num, sampled.afford_mass.n), (1.0, 2));
+        assert_eq!(sampled.afford_mass.value, Some(0.5));
+        let mut expected = vec![0u64; 20];
+        expected[5] = 1; // 0.25
+        expected[10] = 1; // 0.5
+        expected[19] = 1; // 1.0, in the closed last bin
+        assert_eq!(sampled.valid_mass_histogram, expected);
     }
 
     #[test]

@@ -103,14 +103,14 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    fn new(has_p_max: bool) -> Accumulator {
+    fn new(has_p_max: bool, mass_samples: Option<u32>) -> Accumulator {
         Accumulator {
             totals: vec![0.0; slots::FIXED],
             counts: Vec::new(),
             fields: fields::FieldCounts::default(),
             dynamics: dynamics::DynamicsCounts::default(),
             first_error_fields: events::FirstErrorFields::default(),
-            mass: mass::MassCounts::new(has_p_max),
+            mass: mass::MassCounts::new(has_p_max, mass_samples),
             games: 0,
             steps: 0,
             games_with_v1_failure: 0,
@@ -284,7 +284,7 @@ pub fn diagnose(
         None => None,
     };
     let mut writer = StepsWriter::create(&out_dir.join(STEPS_FILE))?;
-    let mut acc = Accumulator::new(reader.has_p_max());
+    let mut acc = Accumulator::new(reader.has_p_max(), reader.mass_samples());
     let mut games = reader.next_games(BATCH_GAMES)?;
     while !games.is_empty() {
         if cancelled() {

@@ -4,7 +4,9 @@
 //! The reader decodes one Parquet batch of rows at a time and hands out whole games
 //! ([`GameRows`]): the rows of one game must be contiguous, start at t = 0 and count up by
 //! one. Only the columns the diagnostics read are decoded (`move` and `p_true` are not).
-//! Every label is checked against its class count, so the measures never index out of range.
+//! Every label is checked against its class count, so the measures never index out of range,
+//! and every sampled mass (E12's `valid_mass` and `afford_mass`, where the file has them) lies
+//! in 0..=1.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -16,7 +18,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{Float32Type, UInt8Type, UInt16Type, UInt32Type};
 use cwm_chess::encode::{EpConvention, LABEL_CLASSES, STATE_LEN, StateLabels};
-use cwm_formats::predictions::{EP_CONVENTION_KEY, columns};
+use cwm_formats::predictions::{EP_CONVENTION_KEY, MASS_SAMPLES_KEY, columns};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
@@ -40,6 +42,9 @@ pub struct GameRows {
     pub log_p_true: Vec<f32>,
     /// `p(argmax label)` per label, `steps × 75`, when the file has the column.
     pub p_max: Option<Vec<f32>>,
+    /// E12's valid and afford mass per step (NaN where the file's value is null), when the
+    /// file has the columns.
+    pub sampled_mass: Option<Vec<(f32, f32)>>,
 }
 
 impl GameRows {
@@ -64,6 +69,15 @@ impl GameRows {
             .as_ref()
             .and_then(|p| p.get(t * STATE_LEN..(t + 1) * STATE_LEN))
     }
+
+    /// The valid and afford mass at step `t`, each `None` where the file has no value.
+    pub fn sampled_mass(&self, t: usize) -> (Option<f32>, Option<f32>) {
+        let known = |v: f32| (!v.is_nan()).then_some(v);
+        match self.sampled_mass.as_ref().and_then(|m| m.get(t)) {
+            Some(&(valid, afford)) => (known(valid), known(afford)),
+            None => (None, None),
+        }
+    }
 }
 
 /// The 75 labels of row `t` of a flat `steps × 75` buffer; an all-zero state past the end
@@ -81,6 +95,7 @@ pub struct PredictionsReader {
     reader: ParquetRecordBatchReader,
     ep: EpConvention,
     has_p_max: bool,
+    mass_samples: Option<u32>,
     rows: u64,
     batch: Option<RecordBatch>,
     row: usize,
@@ -125,6 +140,7 @@ impl PredictionsReader {
             }
         }
         let has_p_max = schema.field_with_name(columns::P_MAX).is_ok();
+        let mass_samples = mass_samples_of(path, &builder)?;
         let mut wanted = vec![
             columns::GAME_ID,
             columns::T,
@@ -135,6 +151,9 @@ impl PredictionsReader {
         ];
         if has_p_max {
             wanted.push(columns::P_MAX);
+        }
+        if mass_samples.is_some() {
+            wanted.extend([columns::VALID_MASS, columns::AFFORD_MASS]);
         }
         let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
         let mask = ProjectionMask::columns(builder.parquet_schema(), wanted);
@@ -148,6 +167,7 @@ impl PredictionsReader {
             reader,
             ep,
             has_p_max,
+            mass_samples,
             rows,
             batch: None,
             row: 0,
@@ -164,6 +184,11 @@ impl PredictionsReader {
     /// Whether the file has the `p_max` column.
     pub fn has_p_max(&self) -> bool {
         self.has_p_max
+    }
+
+    /// The states drawn per sampled step, when the file has E12's sampled masses.
+    pub fn mass_samples(&self) -> Option<u32> {
+        self.mass_samples
     }
 
     /// Rows in the file, from its footer.
@@ -212,7 +237,7 @@ impl PredictionsReader {
             let Some(batch) = self.batch.take() else {
                 continue;
             };
-            let view = BatchView::new(&self.path, &batch, self.has_p_max)?;
+            let view = BatchView::new(&self.path, &batch, self.has_p_max, self.mass_samples)?;
             while self.row < batch.num_rows() {
                 let row = self.row;
                 let id = view.game_id.value(row);
@@ -245,8 +270,49 @@ impl PredictionsReader {
         Ok(GameRows {
             game_id: id.to_owned(),
             p_max: self.has_p_max.then(Vec::new),
+            sampled_mass: self.mass_samples.map(|_| Vec::new()),
             ..GameRows::default()
         })
+    }
+}
+
+/// The states per sampled step of E12's masses: `None` when the file has neither mass column;
+/// an error when it has one of them only, or lacks or misstates the metadata key.
+fn mass_samples_of(
+    path: &Path,
+    builder: &ParquetRecordBatchReaderBuilder<File>,
+) -> Result<Option<u32>, DiagnoseError> {
+    let schema = builder.schema();
+    let has = |name: &str| schema.field_with_name(name).is_ok();
+    match (has(columns::VALID_MASS), has(columns::AFFORD_MASS)) {
+        (false, false) => return Ok(None),
+        (true, true) => {}
+        _ => {
+            return Err(DiagnoseError::format(
+                path,
+                format!(
+                    "has only one of the columns `{}` and `{}`",
+                    columns::VALID_MASS,
+                    columns::AFFORD_MASS
+                ),
+            ));
+        }
+    }
+    let value = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kvs| kvs.iter().find(|kv| kv.key == MASS_SAMPLES_KEY))
+        .and_then(|kv| kv.value.clone());
+    match value.as_deref().map(str::parse::<u32>) {
+        Some(Ok(samples)) if samples > 0 => Ok(Some(samples)),
+        _ => Err(DiagnoseError::format(
+            path,
+            format!(
+                "has the sampled masses but `{MASS_SAMPLES_KEY}` in its metadata is {value:?}, \
+                 not a positive number of states"
+            ),
+        )),
     }
 }
 
@@ -289,6 +355,7 @@ struct BatchView<'a> {
     target: &'a [u8],
     log_p_true: &'a Float32Array,
     p_max: Option<&'a [f32]>,
+    sampled_mass: Option<(&'a Float32Array, &'a Float32Array)>,
 }
 
 impl<'a> BatchView<'a> {
@@ -296,6 +363,7 @@ impl<'a> BatchView<'a> {
         path: &Path,
         batch: &'a RecordBatch,
         has_p_max: bool,
+        mass_samples: Option<u32>,
     ) -> Result<BatchView<'a>, DiagnoseError> {
         let p_max = if has_p_max {
             let list = fixed_list(path, batch, columns::P_MAX)?;
@@ -316,6 +384,21 @@ impl<'a> BatchView<'a> {
         } else {
             None
         };
+        let nullable_f32 = |name: &str| {
+            batch
+                .column_by_name(name)
+                .and_then(|a| a.as_primitive_opt::<Float32Type>())
+                .ok_or_else(|| {
+                    DiagnoseError::format(path, format!("column `{name}` is not float32"))
+                })
+        };
+        let sampled_mass = match mass_samples {
+            Some(_) => Some((
+                nullable_f32(columns::VALID_MASS)?,
+                nullable_f32(columns::AFFORD_MASS)?,
+            )),
+            None => None,
+        };
         Ok(BatchView {
             game_id: column(path, batch, columns::GAME_ID, "utf8", |a| {
                 a.as_string_opt::<i32>()
@@ -332,6 +415,7 @@ impl<'a> BatchView<'a> {
                 a.as_primitive_opt::<Float32Type>()
             })?,
             p_max,
+            sampled_mass,
         })
     }
 
@@ -375,8 +459,37 @@ impl<'a> BatchView<'a> {
         if let (Some(values), Some(out)) = (self.p_max, game.p_max.as_mut()) {
             out.extend_from_slice(&values[span]);
         }
+        if let (Some(columns), Some(out)) = (self.sampled_mass, game.sampled_mass.as_mut()) {
+            out.push(mass_pair(path, columns, row, &game.game_id, t)?);
+        }
         Ok(())
     }
+}
+
+/// Row `row`'s valid and afford mass (NaN for a null), each checked to lie in 0..=1.
+fn mass_pair(
+    path: &Path,
+    (valid, afford): (&Float32Array, &Float32Array),
+    row: usize,
+    game_id: &str,
+    t: u32,
+) -> Result<(f32, f32), DiagnoseError> {
+    let value = |array: &Float32Array, name: &str| {
+        if array.is_null(row) {
+            return Ok(f32::NAN);
+        }
+        let v = array.value(row);
+        if (0.0..=1.0).contains(&v) {
+            Ok(v)
+        } else {
+            let message = format!("`{name}` is {v}, outside 0..=1");
+            Err(DiagnoseError::game(path, game_id, t, message))
+        }
+    };
+    Ok((
+        value(valid, columns::VALID_MASS)?,
+        value(afford, columns::AFFORD_MASS)?,
+    ))
 }
 
 fn bad_column(path: &Path, name: &str, expected: &str) -> DiagnoseError {

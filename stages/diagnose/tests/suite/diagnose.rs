@@ -22,7 +22,7 @@ use cwm_chess::encode::{EpConvention, STATE_LEN, StateLabels, write_uci};
 use cwm_chess::replay::{PgnGames, ReplayConfig, replay_game};
 use cwm_formats::diagnose::{DiagnoseSummary, NamedRate, Rate, STEPS_FILE, SUMMARY_FILE};
 use cwm_formats::evaluate::EvaluateSummary;
-use cwm_formats::predictions::{EP_CONVENTION_KEY, PREDICTIONS_FILE};
+use cwm_formats::predictions::{EP_CONVENTION_KEY, MASS_SAMPLES_KEY, PREDICTIONS_FILE};
 use cwm_stage::{InputArtifact, ParamValue, Params, Progress, StageContext, StageKind, StageLog};
 use cwm_stage_diagnose::diagnose::fields::group_counts;
 use cwm_stage_diagnose::{DiagnoseInputs, DiagnoseOptions, DiagnoseStage, diagnose};
@@ -76,6 +76,23 @@ fn labels_column(rows: &[&StateLabels]) -> ArrayRef {
 /// `None` leaves the convention out of the metadata. `log_p_true` is 0 for exact steps and
 /// −2 for the others; `p_max` is 0.999 everywhere but 0.5 on label 0 of non-exact steps.
 fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
+    write_evaluate_with(dir, games, ep, None);
+}
+
+/// E12's sampled masses of a fixture: per step in file order the valid and afford mass, and
+/// the value of the `cwm.mass_samples` metadata key (`None` leaves it out).
+struct Masses {
+    per_step: Vec<(Option<f32>, Option<f32>)>,
+    samples: Option<String>,
+}
+
+/// [`write_evaluate`], with the `valid_mass` and `afford_mass` columns of `masses`.
+fn write_evaluate_with(
+    dir: &Path,
+    games: &[Game],
+    ep: Option<EpConvention>,
+    masses: Option<&Masses>,
+) {
     std::fs::create_dir_all(dir).unwrap();
     let steps: Vec<(&Game, usize)> = games
         .iter()
@@ -94,7 +111,7 @@ fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
         .flat_map(|s| (0..STATE_LEN).map(move |j| if j == 0 && wrong(s) { 0.5 } else { 0.999 }))
         .collect();
     let float_list = Arc::new(Field::new("item", DataType::Float32, false));
-    let columns: Vec<ArrayRef> = vec![
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
             steps.iter().map(|(g, _)| g.id.as_str()),
         )),
@@ -120,7 +137,7 @@ fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
     let list = |inner: DataType| {
         DataType::FixedSizeList(Arc::new(Field::new("item", inner, false)), STATE_LEN as i32)
     };
-    let schema = Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("game_id", DataType::Utf8, false),
         Field::new("t", DataType::UInt32, false),
         Field::new("token", DataType::UInt16, false),
@@ -129,14 +146,25 @@ fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
         Field::new("target", list(DataType::UInt8), false),
         Field::new("log_p_true", DataType::Float32, false),
         Field::new("p_max", list(DataType::Float32), false),
-    ]));
+    ];
+    let mut metadata: Vec<KeyValue> = ep
+        .map(|ep| KeyValue::new(EP_CONVENTION_KEY.into(), ep.name().to_owned()))
+        .into_iter()
+        .collect();
+    if let Some(masses) = masses {
+        assert_eq!(masses.per_step.len(), steps.len(), "a mass pair per step");
+        let valid: Float32Array = masses.per_step.iter().map(|m| m.0).collect();
+        let afford: Float32Array = masses.per_step.iter().map(|m| m.1).collect();
+        columns.extend([Arc::new(valid) as ArrayRef, Arc::new(afford)]);
+        fields.push(Field::new("valid_mass", DataType::Float32, true));
+        fields.push(Field::new("afford_mass", DataType::Float32, true));
+        if let Some(samples) = &masses.samples {
+            metadata.push(KeyValue::new(MASS_SAMPLES_KEY.into(), samples.clone()));
+        }
+    }
+    let schema = Arc::new(Schema::new(fields));
     let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
-    let metadata = ep.map(|ep| {
-        vec![KeyValue::new(
-            EP_CONVENTION_KEY.into(),
-            ep.name().to_owned(),
-        )]
-    });
+    let metadata = (!metadata.is_empty()).then_some(metadata);
     let props = WriterProperties::builder()
         .set_key_value_metadata(metadata)
         .build();
@@ -161,6 +189,7 @@ fn write_evaluate(dir: &Path, games: &[Game], ep: Option<EpConvention>) {
         trajectory: 1.0,
         exact_games: 0,
         max_steps: 0,
+        sampled_mass: None,
     };
     cwm_formats::write_json(&dir.join("summary.json"), &summary).unwrap();
 }
@@ -299,6 +328,10 @@ fn assert_perfect(summary: &DiagnoseSummary, games: &[Game]) {
     assert_eq!(summary.events.promoted_identity.len(), 4);
     assert_eq!(summary.mass.median_true_mass, Some(1.0));
     assert_eq!(summary.mass.auroc_min_p_max, None, "no errors to detect");
+    assert_eq!(
+        summary.mass.sampled, None,
+        "the fixture has no sampled masses"
+    );
 }
 
 /// Two JSON values are equal but for floats a few ulps apart.
@@ -885,6 +918,103 @@ fn diagnose_needs_the_ep_convention_of_the_predictions() {
         err.contains(PREDICTIONS_FILE) && err.contains(EP_CONVENTION_KEY),
         "{err}"
     );
+}
+
+/// Diagnoses the fixture of `games` with `masses` in `dir`, returning the summary or the
+/// error's message.
+fn diagnose_masses(dir: &Path, games: &[Game], masses: &Masses) -> Result<DiagnoseSummary, String> {
+    let evaluate = dir.join("eval");
+    write_evaluate_with(
+        &evaluate,
+        games,
+        Some(EpConvention::Reference),
+        Some(masses),
+    );
+    let inputs = DiagnoseInputs {
+        evaluate: &evaluate,
+        novelty: None,
+    };
+    let out = dir.join("out");
+    diagnose(inputs, &out, &options(0, 1), &Progress::disabled(), &|| {
+        false
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// E12's sampled masses are read from the predictions and averaged over the steps that
+/// have them: every third step sampled, the afford mass null at each game's last step.
+#[test]
+fn diagnose_averages_the_sampled_masses_of_the_predictions() {
+    let scratch = Scratch::new("masses");
+    let games = sample_games(EpConvention::Reference, 3);
+    let mut per_step = Vec::new();
+    let (mut valid_sum, mut valid_n, mut afford_sum, mut afford_n) = (0.0f64, 0u64, 0.0f64, 0u64);
+    for game in &games {
+        for t in 0..game.tokens.len() {
+            if t % 3 != 0 {
+                per_step.push((None, None));
+                continue;
+            }
+            let valid = [0.25f32, 0.5, 1.0][t % 9 / 3];
+            let last = t + 1 == game.tokens.len();
+            let afford = (!last).then_some(valid / 2.0);
+            valid_sum += f64::from(valid);
+            valid_n += 1;
+            if let Some(a) = afford {
+                afford_sum += f64::from(a);
+                afford_n += 1;
+            }
+            per_step.push((Some(valid), afford));
+        }
+    }
+    let masses = Masses {
+        per_step,
+        samples: Some("64".into()),
+    };
+    let summary = diagnose_masses(&scratch.0, &games, &masses).expect("diagnose");
+    let sampled = summary.mass.sampled.expect("sampled masses");
+    assert_eq!((sampled.samples, sampled.steps), (64, valid_n));
+    assert_eq!(sampled.valid_mass.n, valid_n);
+    assert!((sampled.valid_mass.num - valid_sum).abs() < 1e-9);
+    assert_eq!(sampled.afford_mass.n, afford_n);
+    assert!((sampled.afford_mass.value.unwrap() - afford_sum / afford_n as f64).abs() < 1e-12);
+    assert_eq!(sampled.valid_mass_histogram.iter().sum::<u64>(), valid_n);
+    let in_bins = [5, 10, 19].map(|b| sampled.valid_mass_histogram[b]);
+    assert_eq!(
+        in_bins.iter().sum::<u64>(),
+        valid_n,
+        "0.25, 0.5 and 1.0 only"
+    );
+}
+
+/// A mass outside 0..=1 names the game and the step; sampled masses without the number of
+/// states in the metadata name the key.
+#[test]
+fn diagnose_refuses_malformed_sampled_masses() {
+    let scratch = Scratch::new("bad-masses");
+    let games = sample_games(EpConvention::Reference, 1);
+    let n = games[0].tokens.len();
+    let mut per_step = vec![(Some(0.5), Some(0.5)); n];
+    per_step[4] = (Some(1.5), Some(0.5));
+    let bad_value = Masses {
+        per_step: per_step.clone(),
+        samples: Some("64".into()),
+    };
+    let err = diagnose_masses(&scratch.0.join("value"), &games, &bad_value).unwrap_err();
+    assert!(
+        err.contains("valid_mass") && err.contains("1.5") && err.contains(&games[0].id),
+        "{err}"
+    );
+    assert!(err.contains('4'), "the step: {err}");
+    per_step[4] = (Some(0.5), Some(0.5));
+    for samples in [None, Some("0".to_owned()), Some("many".to_owned())] {
+        let masses = Masses {
+            per_step: per_step.clone(),
+            samples: samples.clone(),
+        };
+        let err = diagnose_masses(&scratch.0.join("key"), &games, &masses).unwrap_err();
+        assert!(err.contains(MASS_SAMPLES_KEY), "{samples:?}: {err}");
+    }
 }
 
 /// All sample games with about 3% and about 50% of the states wrong, timed (run with

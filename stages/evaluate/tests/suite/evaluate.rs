@@ -27,7 +27,7 @@ use cwm_stage_data::{
     IdKeySource, OutputFormat, ProcessOptions, ShardReader, TokenizeOptions, TokenizedGame,
     export_jsonl, process_pgn, tokenize_games,
 };
-use cwm_stage_evaluate::{EvaluateOptions, EvaluateStage, EvaluateSummary, evaluate};
+use cwm_stage_evaluate::{EvaluateOptions, EvaluateStage, EvaluateSummary, MassOptions, evaluate};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::Scratch;
@@ -75,6 +75,12 @@ fn checkpoint(dir: &Path) -> (PathBuf, Model) {
 /// A Transformer d128 whose head ignores its input and predicts the start position's labels
 /// (`start`) at every step, saved as a checkpoint: exact at t = 0, partly right later.
 fn start_position_checkpoint(dir: &Path, start: &[u8]) -> PathBuf {
+    biased_checkpoint(dir, start, 5.0, "start-ckpt")
+}
+
+/// [`start_position_checkpoint`] with the start's classes `bias` above the others, saved in
+/// `dir/name`.
+fn biased_checkpoint(dir: &Path, start: &[u8], bias_of_start: f32, name: &str) -> PathBuf {
     let config = ModelConfig::new(Family::Transformer, Size::D128);
     let device = Device::flex();
     let Model::Transformer(mut transformer) = Model::init(&config, &device).unwrap() else {
@@ -84,7 +90,7 @@ fn start_position_checkpoint(dir: &Path, start: &[u8]) -> PathBuf {
     for group in LABEL_GROUPS {
         for r in 0..group.n_labels {
             let class = usize::from(start[group.first_label + r]);
-            bias[group.logit_offset + r * group.n_classes + class] = 5.0;
+            bias[group.logit_offset + r * group.n_classes + class] = bias_of_start;
         }
     }
     let [d, width] = transformer.output_head.weight.dims();
@@ -93,7 +99,7 @@ fn start_position_checkpoint(dir: &Path, start: &[u8]) -> PathBuf {
         TensorData::new(bias, [HEAD_OUT]),
         &device,
     )));
-    let path = dir.join("start-ckpt");
+    let path = dir.join(name);
     save_model(&path, &Model::Transformer(transformer), &config).unwrap();
     path
 }
@@ -489,6 +495,9 @@ fn run_stage(
         ("max_games", 3),
         ("max_steps", 0),
         ("threads", 1),
+        ("mass_samples", 8),
+        ("mass_steps", 0),
+        ("mass_seed", 0),
     ] {
         params.insert(name, ParamValue::Int(value));
     }
@@ -552,6 +561,7 @@ fn the_stage_runs_on_the_assigned_gpu_only_when_its_device_is_cuda() {
         log.contains("device cpu (param cpu; assigned GPUs [3])"),
         "{log}"
     );
+    assert!(log.contains("E12: 8 states at each of "), "{log}");
 
     // Without the cuda feature (the tests' build) the run fails at once, naming the device it
     // resolved; with it and such a GPU it runs there.
@@ -613,6 +623,13 @@ fn read_predictions(out: &Path) -> (Vec<PredictionRow>, Option<String>) {
         let probabilities = batch.column_by_name("p_true").is_some();
         let p_true = probabilities.then(|| label_lists::<Float32Type>(&batch, "p_true"));
         let p_max = probabilities.then(|| label_lists::<Float32Type>(&batch, "p_max"));
+        let nullable = |name: &str| -> Option<Vec<Option<f32>>> {
+            batch.column_by_name(name).map(|_| {
+                let values: &Float32Array = col(&batch, name);
+                values.iter().collect()
+            })
+        };
+        let (valid, afford) = (nullable("valid_mass"), nullable("afford_mass"));
         for i in 0..batch.num_rows() {
             rows.push(PredictionRow {
                 game_id: ids.value(i).to_owned(),
@@ -624,6 +641,8 @@ fn read_predictions(out: &Path) -> (Vec<PredictionRow>, Option<String>) {
                 log_p_true: log_p.value(i),
                 p_true: p_true.as_ref().map(|p| p[i]),
                 p_max: p_max.as_ref().map(|p| p[i]),
+                valid_mass: valid.as_ref().and_then(|v| v[i]),
+                afford_mass: afford.as_ref().and_then(|v| v[i]),
             });
         }
     }
@@ -784,12 +803,17 @@ fn check_probabilities(row: &PredictionRow, loss: f32) {
 }
 
 #[test]
-fn without_probabilities_the_file_has_the_seven_required_columns_and_python_reads_it() {
+fn without_probabilities_or_masses_the_file_has_the_seven_required_columns_and_python_reads_it() {
     let scratch = Scratch::new("predictions-python");
     let (_, tokens) = sample_data(&scratch.0, 3);
     let (ckpt, _) = checkpoint(&scratch.0);
     let out = scratch.0.join("out");
-    let summary = run(&ckpt, &tokens, &out, &EvaluateOptions::default());
+    let options = EvaluateOptions {
+        mass: MassOptions::OFF,
+        ..EvaluateOptions::default()
+    };
+    let summary = run(&ckpt, &tokens, &out, &options);
+    assert_eq!(summary.sampled_mass, None);
     let (rows, ep) = read_predictions(&out);
     assert_eq!(ep.as_deref(), Some("reference"));
     assert_eq!(rows.len() as u64, summary.steps);
@@ -846,4 +870,114 @@ print(table.num_rows, exact, meta[b"cwm.ep_convention"].decode())
         String::from_utf8_lossy(&output.stdout).trim(),
         format!("{} {exact} reference", summary.steps)
     );
+}
+
+/// E12 on a model sure of the start position: every drawn state is the start position, a
+/// valid position at every step, and it affords the next move exactly where the rules engine
+/// finds that move legal in the start position; null at each game's last step.
+#[test]
+fn the_sampled_masses_of_a_sure_model_are_its_one_states_validity_and_legality() {
+    let scratch = Scratch::new("masses-sure");
+    let (_, tokens) = sample_data(&scratch.0, 5);
+    let start = cwm_chess::encode::INITIAL_STATE;
+    let sure = biased_checkpoint(&scratch.0, &start, 60.0, "sure");
+    let out = scratch.0.join("out");
+    let options = EvaluateOptions {
+        split: "test_real".into(),
+        mass: MassOptions {
+            samples: 16,
+            steps: 0,
+            seed: 3,
+        },
+        ..EvaluateOptions::default()
+    };
+    let summary = run(&sure, &tokens, &out, &options);
+    let (rows, _) = read_predictions(&out);
+    let mut affording = 0u64;
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.valid_mass, Some(1.0), "{} t={}", row.game_id, row.t);
+        let next = rows.get(i + 1).filter(|n| n.game_id == row.game_id);
+        let expected = next.map(|n| {
+            let legal = cwm_chess::rules::affords(&start, n.token);
+            affording += u64::from(legal);
+            if legal { 1.0 } else { 0.0 }
+        });
+        assert_eq!(row.afford_mass, expected, "{} t={}", row.game_id, row.t);
+    }
+    let mass = summary.sampled_mass.expect("sampled masses");
+    assert_eq!((mass.samples, mass.seed), (16, 3));
+    assert_eq!(mass.steps, summary.steps, "every step sampled");
+    assert_eq!(mass.steps_with_next_move, summary.steps - summary.games);
+    assert_eq!(mass.valid_mass, Some(1.0));
+    let afford = affording as f64 / mass.steps_with_next_move as f64;
+    assert!((mass.afford_mass.unwrap() - afford).abs() < 1e-12);
+    assert!(
+        affording >= 5,
+        "each game's first move is legal at the start"
+    );
+}
+
+/// Exactly `mass_steps` steps are sampled, the same ones whatever the batch size, and the
+/// summary's means are the means of the columns; with 0 samples the columns are absent.
+#[test]
+fn the_sampled_steps_are_exactly_mass_steps_whatever_the_batch_size() {
+    let scratch = Scratch::new("masses-sample");
+    let (_, tokens) = sample_data(&scratch.0, 6);
+    let (ckpt, _) = checkpoint(&scratch.0);
+    let mass = MassOptions {
+        samples: 8,
+        steps: 40,
+        seed: 0,
+    };
+    let mut sampled_sets = Vec::new();
+    for batch_size in [1, 5] {
+        let out = scratch.0.join(format!("b{batch_size}"));
+        let options = EvaluateOptions {
+            split: "test_real".into(),
+            batch_size,
+            mass,
+            ..EvaluateOptions::default()
+        };
+        let summary = run(&ckpt, &tokens, &out, &options);
+        let (rows, _) = read_predictions(&out);
+        let sampled: Vec<&PredictionRow> = rows.iter().filter(|r| r.valid_mass.is_some()).collect();
+        assert_eq!(sampled.len(), 40);
+        assert!(
+            rows.iter()
+                .all(|r| r.valid_mass.is_some() || r.afford_mass.is_none())
+        );
+        let valid: Vec<f64> = sampled
+            .iter()
+            .map(|r| f64::from(r.valid_mass.unwrap()))
+            .collect();
+        assert!(
+            valid
+                .iter()
+                .all(|v| (0.0..=1.0).contains(v) && (v * 8.0).fract() == 0.0)
+        );
+        let from_summary = summary.sampled_mass.expect("sampled masses");
+        assert_eq!(from_summary.steps, 40);
+        let mean = valid.iter().sum::<f64>() / 40.0;
+        assert!((from_summary.valid_mass.unwrap() - mean).abs() < 1e-9);
+        sampled_sets.push(
+            sampled
+                .iter()
+                .map(|r| (r.game_id.clone(), r.t))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(sampled_sets[0], sampled_sets[1]);
+    let games: std::collections::BTreeSet<&String> = sampled_sets[0].iter().map(|s| &s.0).collect();
+    assert!(games.len() > 1, "a uniform draw reaches several games");
+
+    let out = scratch.0.join("off");
+    let options = EvaluateOptions {
+        split: "test_real".into(),
+        mass: MassOptions::OFF,
+        ..EvaluateOptions::default()
+    };
+    let summary = run(&ckpt, &tokens, &out, &options);
+    assert_eq!(summary.sampled_mass, None);
+    let batches = read_batches(&out.join(PREDICTIONS_FILE));
+    assert!(batches[0].column_by_name("valid_mass").is_none());
 }

@@ -11,6 +11,8 @@
 //!   accuracy by plies since the right was lost;
 //! * `figure_beyond_novelty_<split>` (E7, when a diagnosis was given a novelty artifact):
 //!   ExactState by plies since deviation and by the position's training count;
+//! * `figure_beyond_mass_<split>` (E12): the histograms of the sampled valid mass and of the
+//!   true-state mass;
 //! * `figure_beyond_probes_<split>` (E9, from `probe` artifacts): the probes' square accuracy
 //!   by relative depth ℓ/L, the `id` probes and (when fitted) the `ood` probes;
 //! * `figure_beyond_markov_<split>` (E10, from `markov` artifacts): Cohen's d of within-class
@@ -99,7 +101,7 @@ pub fn model_style(index: usize) -> (RGBColor, Shape) {
 }
 
 /// Every beyond figure: for each split in report order, those of validity, fields,
-/// affordance, memory and novelty that have something to draw.
+/// affordance, memory, novelty and mass that have something to draw.
 pub fn beyond(inputs: &Inputs) -> Vec<Planned> {
     beyond_runs(inputs)
         .iter()
@@ -116,6 +118,7 @@ fn split_figures(split: &str, runs: &[&DiagnoseResult]) -> Vec<Planned> {
         ("affordance", Some(affordance(split, runs))),
         ("memory", Some(memory(split, runs))),
         ("novelty", novelty(split, runs)),
+        ("mass", Some(mass(split, runs))),
     ];
     figures
         .into_iter()
@@ -752,6 +755,80 @@ fn affordance(split: &str, runs: &[&DiagnoseResult]) -> Figure {
     }
 }
 
+/// A histogram of 20 equal bins over 0..=1 as each bin's share (%) of the counts, at the
+/// bin's middle; NaN throughout below [`MIN_N`] counts.
+fn histogram_shares(counts: &[u64]) -> Vec<(f64, f64)> {
+    let total: u64 = counts.iter().sum();
+    let width = 1.0 / counts.len().max(1) as f64;
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let share = if total >= MIN_N {
+                n as f64 / total as f64 * 100.0
+            } else {
+                f64::NAN
+            };
+            ((i as f64 + 0.5) * width, share)
+        })
+        .collect()
+}
+
+/// Each run's histogram `of` its summary as shares per bin.
+fn histograms(runs: &[&DiagnoseResult], of: impl Fn(&DiagnoseSummary) -> &[u64]) -> Vec<Series> {
+    runs.iter()
+        .enumerate()
+        .map(|(model, d)| Series {
+            model,
+            points: histogram_shares(of(&d.summary)),
+        })
+        .collect()
+}
+
+/// A line panel of histograms over a mass in 0..=1.
+fn mass_panel(caption: &str, x_title: &str, series: &[Series]) -> Panel {
+    let x = Axis::from_zero(x_title, [0.0, 1.0], short_number);
+    let y = ("Share of the steps (%)", Unit::Percent);
+    line_panel(caption.to_owned(), x, y, series, CATEGORY_RADIUS)
+}
+
+/// E12: the distributions of the sampled valid mass and of the true-state mass.
+fn mass(split: &str, runs: &[&DiagnoseResult]) -> Figure {
+    let valid = histograms(runs, |s| {
+        s.mass
+            .sampled
+            .as_ref()
+            .map_or(&[][..], |m| &m.valid_mass_histogram)
+    });
+    let truth = histograms(runs, |s| &s.mass.true_mass_histogram);
+    let rows = vec![vec![
+        mass_panel(
+            "(a) valid mass of the sampled steps",
+            "Valid mass (share of drawn states that are valid positions)",
+            &valid,
+        ),
+        mass_panel(
+            "(b) true-state mass of every step",
+            "True-state mass (probability of the true state)",
+            &truth,
+        ),
+    ]];
+    Figure {
+        heading: format!("Beyond the paper: probability mass ({split})"),
+        caption: format!(
+            "Where the models' probability lies on {split}. (a) For each sampled step, states \
+             are drawn from the model's 75 label distributions, each label on its own, and the \
+             valid mass is the share of them that are valid positions (V1); the lines give the \
+             share of a model's sampled steps in each twentieth of 0 to 1. (b) The same for the \
+             true-state mass, the probability the model gives the true state, over every step. \
+             A model with fewer than 30 steps has no line. {GAP_NOTE}"
+        ),
+        legend: model_legend(runs, false),
+        rows,
+        row_height: ROW_HEIGHT,
+    }
+}
+
 /// E5: square accuracy by staleness.
 fn memory(split: &str, runs: &[&DiagnoseResult]) -> Figure {
     let by_bin = |bins: &[NamedRate]| -> Vec<(String, f64)> {
@@ -905,7 +982,7 @@ mod tests {
     }
 
     #[test]
-    fn five_figures_per_split_with_novelty_four_without() {
+    fn six_figures_per_split_with_novelty_five_without() {
         let plain = DiagnoseSummary {
             novelty: None,
             ..summary()
@@ -923,7 +1000,14 @@ mod tests {
             ("test_random", false),
             ("test_odd_x", false),
         ] {
-            for kind in ["validity", "fields", "affordance", "memory", "novelty"] {
+            for kind in [
+                "validity",
+                "fields",
+                "affordance",
+                "memory",
+                "novelty",
+                "mass",
+            ] {
                 if kind != "novelty" || novelty {
                     expected.push(format!("figure_beyond_{kind}_{split}"));
                 }
@@ -944,6 +1028,43 @@ mod tests {
         // The model without novelty metrics has no line there.
         let novelty = find(&planned, "figure_beyond_novelty_test_real");
         assert!(novelty.rows[0].iter().all(|p| p.lines.len() == 1));
+    }
+
+    #[test]
+    fn the_mass_figure_draws_each_models_histograms_as_shares_of_its_steps() {
+        let mut sampled = summary();
+        let rate = sampled.mass.true_mass_above_half;
+        let mut histogram = vec![0u64; 20];
+        histogram[0] = 30;
+        histogram[19] = 10;
+        sampled.mass.sampled = Some(cwm_formats::diagnose::SampledMass {
+            samples: 64,
+            steps: 40,
+            valid_mass: rate,
+            afford_mass: rate,
+            valid_mass_histogram: histogram,
+        });
+        let mut few = summary();
+        few.mass.true_mass_histogram = vec![1; 20];
+        let planned = beyond(&inputs(vec![
+            result(Family::Transformer, Size::D128, "test_real", sampled),
+            result(Family::Slice, Size::D128, "test_real", few),
+        ]));
+        let figure = find(&planned, "figure_beyond_mass_test_real");
+        let (valid, truth) = (&figure.rows[0][0], &figure.rows[0][1]);
+        assert_eq!(valid.lines.len(), 1, "the other model drew no states");
+        let points = &valid.lines[0].points;
+        assert_eq!(points.len(), 20);
+        assert_eq!(points[0], (0.025, 75.0));
+        assert!((points[19].0 - 0.975).abs() < 1e-12 && points[19].1 == 25.0);
+        assert!(points[1..19].iter().all(|p| p.1 == 0.0));
+        // 20 steps of the second model's true-state mass are fewer than 30: no line.
+        assert_eq!(truth.lines.len(), 1);
+        let total: f64 = truth.lines[0].points.iter().map(|p| p.1).sum();
+        assert!(
+            (total - 100.0).abs() < 1e-9,
+            "shares of every step: {total}"
+        );
     }
 
     #[test]
@@ -1121,7 +1242,7 @@ mod tests {
             })
             .collect();
         let planned = beyond(&inputs(runs));
-        assert_eq!(planned.len(), 5);
+        assert_eq!(planned.len(), 6);
         let dir = TempDir::new("render");
         for plan in &planned {
             render(&plan.figure, &dir.0, &plan.id).unwrap();
@@ -1154,6 +1275,8 @@ mod tests {
             m.by_plies_since_deviation.clear();
             m.by_position_count.clear();
         }
+        s.mass.true_mass_histogram.clear();
+        s.mass.sampled = None;
         s
     }
 
@@ -1216,6 +1339,10 @@ mod tests {
                     ..bin.clone()
                 };
             }
+        }
+        s.mass.true_mass_histogram.iter_mut().for_each(|c| *c = 0);
+        if let Some(m) = &mut s.mass.sampled {
+            m.valid_mass_histogram.iter_mut().for_each(|c| *c = 0);
         }
         s
     }

@@ -1,5 +1,5 @@
 //! The tables beyond the paper, from `diagnose` artifacts (one table of each kind per split):
-//! `beyond_validity_<split>` (E1), `beyond_fields_<split>` (E2), `beyond_affordance_<split>`
+//! `beyond_validity_<split>` (E1, with E12's masses), `beyond_fields_<split>` (E2), `beyond_affordance_<split>`
 //! (E3, E4), `beyond_events_<split>` and `beyond_first_error_<split>` (E5) and `beyond_novelty_<split>` (E7, when the
 //! diagnostics were given a novelty artifact).
 //!
@@ -165,7 +165,8 @@ fn right(headers: &[&str]) -> Vec<Column> {
     headers.iter().map(|h| Column::right(*h)).collect()
 }
 
-/// E1: the tiers V0..V5, the plausible-error share and the most frequent flag among errors.
+/// E1: the tiers V0..V5, the plausible-error share and the most frequent flag among errors;
+/// E12: the median true-state mass and the sampled valid and afford masses.
 fn validity(split: &str, runs: &[&DiagnoseResult]) -> Table {
     let columns = right(&[
         "Steps",
@@ -177,6 +178,9 @@ fn validity(split: &str, runs: &[&DiagnoseResult]) -> Table {
         "ExactState (%)",
         "Plausible errors (%)",
         "Games with an invalid state (%)",
+        "True-state mass (median)",
+        "Valid mass (%)",
+        "Afford mass (%)",
     ]);
     let mut columns = columns;
     columns.push(Column::left("Commonest flag among errors"));
@@ -197,6 +201,17 @@ fn validity(split: &str, runs: &[&DiagnoseResult]) -> Table {
             tier(5),
             pct_ci(&v.plausible_error_share),
             pct(&v.games_with_v1_failure),
+            s.mass.median_true_mass.map_or_else(Cell::missing, |m| {
+                Cell::with_raw(format!("{m:.3}"), format!("{m}"))
+            }),
+            s.mass
+                .sampled
+                .as_ref()
+                .map_or_else(Cell::missing, |m| pct_ci(&m.valid_mass)),
+            s.mass
+                .sampled
+                .as_ref()
+                .map_or_else(Cell::missing, |m| pct_ci(&m.afford_mass)),
             commonest_flag(s),
         ]
     });
@@ -208,7 +223,35 @@ fn validity(split: &str, runs: &[&DiagnoseResult]) -> Table {
          with a 95% game-level bootstrap interval."
             .to_owned(),
     );
+    table.notes.push(mass_note(runs));
     table
+}
+
+/// What the mass columns of the validity table are, with the states drawn per step.
+fn mass_note(runs: &[&DiagnoseResult]) -> String {
+    let samples: BTreeSet<u32> = runs
+        .iter()
+        .filter_map(|d| d.summary.mass.sampled.as_ref().map(|m| m.samples))
+        .collect();
+    let drawn = match samples.len() {
+        0 => "states drawn from the model's label distributions (none were drawn here)".to_owned(),
+        _ => format!(
+            "{} states drawn at each sampled step from the model's 75 label distributions, each \
+             label on its own",
+            samples
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    };
+    format!(
+        "Probability mass: the true-state mass of a step is the product of the 75 labels' \
+         probabilities of their true class (its median over steps); the valid mass is the mean \
+         share of {drawn} that are valid positions (V1), the afford mass the mean share in \
+         which the game's next move is legal (over sampled steps with a next move), with 95% \
+         game-level bootstrap intervals."
+    )
 }
 
 /// The flag firing most often among non-exact steps, with its share.
@@ -741,6 +784,48 @@ mod tests {
         assert_eq!(row[v1].text, "–");
         assert_eq!(row[v1].raw.as_deref(), Some(""));
         assert_eq!(row[column(&tables[0], "Counter-consistent (%)")].text, "–");
+    }
+
+    #[test]
+    fn the_mass_columns_print_the_sampled_means_with_their_intervals() {
+        let mut run = result(Family::Transformer, "test_random", "e1");
+        run.summary.mass.sampled = None;
+        let without = beyond_tables(&inputs(vec![run.clone()]));
+        let valid = column(&without[0], "Valid mass (%)");
+        let afford = column(&without[0], "Afford mass (%)");
+        assert_eq!(without[0].rows[0][valid].text, "–");
+        assert_eq!(without[0].rows[0][afford].text, "–");
+        assert!(without[0].notes[2].contains("none were drawn"));
+
+        let rate = |num: f64, n: u64| Rate {
+            num,
+            n,
+            value: Some(num / n as f64),
+            lo: Some(0.5),
+            hi: Some(0.75),
+            interval: cwm_formats::diagnose::Interval::Bootstrap,
+            low_n: false,
+            scale: 1,
+        };
+        run.summary.mass.sampled = Some(cwm_formats::diagnose::SampledMass {
+            samples: 64,
+            steps: 200,
+            valid_mass: rate(125.0, 200),
+            afford_mass: rate(99.0, 198),
+            valid_mass_histogram: vec![10; 20],
+        });
+        let with = beyond_tables(&inputs(vec![run.clone()]));
+        let row = &with[0].rows[0];
+        assert_eq!(row[valid].text, "62.50 [50.00, 75.00]");
+        assert_eq!(row[afford].text, "50.00 [50.00, 75.00]");
+        assert!(
+            with[0].notes[2].contains("64 states"),
+            "{}",
+            with[0].notes[2]
+        );
+        let median = column(&with[0], "True-state mass (median)");
+        let expected = run.summary.mass.median_true_mass.unwrap();
+        assert_eq!(row[median].text, format!("{expected:.3}"));
     }
 
     #[test]

@@ -441,6 +441,7 @@ mod tests {
                 trajectory: exact / 2.0,
                 exact_games: 1,
                 max_steps: 0,
+                sampled_mass: None,
             },
         }
     }
