@@ -3,31 +3,34 @@
 //! split), so that leaving human play can be told apart from game length.
 //!
 //! * **Input** `games`: a games artifact of real games (a `split` output, `parse.games`).
-//! * **Params**: `prefix_plies` (`k`, required), `seed` (0), `min_fullmoves` (10: keep a game
-//!   of at least `2 * min_fullmoves` plies in all, as `random_uniform` does), `max_games` (0 =
-//!   all: stop after writing this many games).
-//! * **Output** `out`: a games artifact (`games.parquet`), one row per continued game, in input
-//!   order. The id is `<source id>~k<k>` ([`continuation_id`]); `source_index`, site, ratings and
-//!   time control are the source game's (they describe the real game the prefix comes from);
-//!   `moves` are the source's first `k` moves, then the random ones; `result` and
-//!   `termination` are the arbiter's (python-chess's `outcome(claim_draw=True)`, e.g.
-//!   `FIFTY_MOVES`). The switch ply is `k` for every game.
-//! * The footer records the settings and what was skipped ([`ContinuationSummary`], read back
-//!   with [`ContinuationSummary::from_footer`]): `cwm.prefix_plies`, `cwm.seed`,
-//!   `cwm.min_fullmoves`, `cwm.input_games` (games read: all of them, or up to the last one
-//!   written when `max_games` stops the run), and the skipped counts
-//!   `cwm.skipped_shorter_than_prefix` (fewer than `k` plies), `cwm.skipped_over_at_switch`
-//!   (the position at ply `k` already ends the game, so there is no random move) and
-//!   `cwm.skipped_below_min_fullmoves`. Written plus skipped games equal the games read. The
-//!   same summary is the stage's last progress message and log line.
+//! * **Params**: `prefix_plies` (the switch plies, a list of distinct `k`, required: the
+//!   specification's `[10, 20, 40]`), `seed` (0), `min_fullmoves` (10: keep a game of at least
+//!   `2 * min_fullmoves` plies in all, as `random_uniform` does), `max_games` (0 = all: stop after
+//!   writing this many games).
+//! * **Output** `out`: a games artifact (`games.parquet`): for each input game in input order, its
+//!   continuation after each `k` in the list's order. The id is `<source id>~k<k>`
+//!   ([`continuation_id`]; [`switch_ply`] reads `k` back); `source_index`, site, ratings and time
+//!   control are the source game's (they describe the real game the prefix comes from); `moves`
+//!   are the source's first `k` moves, then the random ones; `result` and `termination` are the
+//!   arbiter's (python-chess's `outcome(claim_draw=True)`, e.g. `FIFTY_MOVES`).
+//! * The footer records the settings and, per switch ply, what was written and skipped
+//!   ([`ContinuationSummary`], read back with [`ContinuationSummary::from_footer`]):
+//!   `cwm.prefix_plies` (`10,20,40`), `cwm.seed`, `cwm.min_fullmoves`, `cwm.input_games` (games
+//!   read: all of them, or up to the last one written from when `max_games` stops the run), and,
+//!   as lists in the order of `cwm.prefix_plies`, `cwm.written` and the skipped counts
+//!   `cwm.skipped_shorter_than_prefix` (fewer than `k` plies), `cwm.skipped_over_at_switch` (the
+//!   position at ply `k` already ends the game, so there is no random move) and
+//!   `cwm.skipped_below_min_fullmoves`. For each `k`, written plus skipped games equal the games
+//!   continued after it. The same summary is the stage's last progress message and log line.
 //!
 //! The continuation of a game is `cwm_random_uniform::continuation`'s: the prefix replayed
 //! through the arbiter (its positions count towards repetitions; a draw claimable before ply
 //! `k` does not end the game), then the fast generator's moves and termination, from the
-//! per-game stream of `(seed, source_index)`. A game's continuation therefore depends on the
-//! game and the seed only: not on the other games of the input, nor on the thread count.
-//! Batches of games are continued in parallel on a local rayon pool and written in input
-//! order; a prefix move that is not legal fails the stage, naming the game and the ply.
+//! stream of `(seed, k)` ([`switch_seed`]) for the game's `source_index`. A game's continuation
+//! after `k` therefore depends on the game, the seed and `k` only: not on the other games of the
+//! input, the other switch plies, nor the thread count. Batches of games are continued in
+//! parallel on a local rayon pool and written in input order; a prefix move that is not legal
+//! fails the stage, naming the game and the ply.
 //!
 //! The footer's counts are known only at the end, and a Parquet footer is fixed when its
 //! writer is created, so the games go to `games.parquet.partial` first and are then copied,
@@ -61,15 +64,16 @@ const PREFIX_PLIES: &str = "cwm.prefix_plies";
 const SEED: &str = "cwm.seed";
 const MIN_FULLMOVES: &str = "cwm.min_fullmoves";
 const INPUT_GAMES: &str = "cwm.input_games";
+const WRITTEN: &str = "cwm.written";
 const SHORTER_THAN_PREFIX: &str = "cwm.skipped_shorter_than_prefix";
 const OVER_AT_SWITCH: &str = "cwm.skipped_over_at_switch";
 const BELOW_MIN_FULLMOVES: &str = "cwm.skipped_below_min_fullmoves";
 
 /// Settings of a continuation run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ContinuationOptions {
-    /// The switch ply `k`: the real moves kept.
-    pub prefix_plies: usize,
+    /// The switch plies `k` (distinct): the real moves kept, one continuation for each.
+    pub prefix_plies: Vec<usize>,
     /// The seed of the random moves.
     pub seed: u64,
     /// Games need `2 * min_fullmoves` plies in all.
@@ -83,7 +87,7 @@ pub struct ContinuationOptions {
 impl Default for ContinuationOptions {
     fn default() -> ContinuationOptions {
         ContinuationOptions {
-            prefix_plies: 20,
+            prefix_plies: vec![20],
             seed: 0,
             min_fullmoves: 10,
             max_games: 0,
@@ -92,18 +96,11 @@ impl Default for ContinuationOptions {
     }
 }
 
-/// What a continuation run read, wrote and skipped, and the settings it ran with (the
-/// table's footer).
+/// What became of the continuations after one switch ply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ContinuationSummary {
+pub struct SwitchCounts {
     /// The switch ply `k`.
     pub prefix_plies: usize,
-    /// The seed.
-    pub seed: u64,
-    /// The minimum length in full moves.
-    pub min_fullmoves: u32,
-    /// Games read from the input.
-    pub input_games: u64,
     /// Games written.
     pub written: u64,
     /// Games skipped for having fewer than `k` plies.
@@ -114,50 +111,104 @@ pub struct ContinuationSummary {
     pub below_min_fullmoves: u64,
 }
 
-impl ContinuationSummary {
+impl SwitchCounts {
     /// Games skipped, for any reason.
     pub fn skipped(&self) -> u64 {
         self.shorter_than_prefix + self.over_at_switch + self.below_min_fullmoves
     }
 
-    /// One line saying what was written and skipped.
+    /// What became of `fate`'s game, counted.
+    fn count(&mut self, fate: &Fate) {
+        match fate {
+            Fate::Written(_) => self.written += 1,
+            Fate::ShorterThanPrefix => self.shorter_than_prefix += 1,
+            Fate::OverAtSwitch => self.over_at_switch += 1,
+            Fate::BelowMinFullmoves => self.below_min_fullmoves += 1,
+        }
+    }
+}
+
+/// What a continuation run read, wrote and skipped, and the settings it ran with (the
+/// table's footer).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContinuationSummary {
+    /// The seed.
+    pub seed: u64,
+    /// The minimum length in full moves.
+    pub min_fullmoves: u32,
+    /// Games read from the input.
+    pub input_games: u64,
+    /// Per switch ply, in the order of the options.
+    pub per_switch: Vec<SwitchCounts>,
+}
+
+impl ContinuationSummary {
+    /// Games written, over every switch ply.
+    pub fn written(&self) -> u64 {
+        self.per_switch.iter().map(|c| c.written).sum()
+    }
+
+    /// Games skipped, for any reason, over every switch ply.
+    pub fn skipped(&self) -> u64 {
+        self.per_switch.iter().map(SwitchCounts::skipped).sum()
+    }
+
+    /// One line saying what was written and skipped after each switch ply.
     pub fn describe(&self) -> String {
-        let k = self.prefix_plies;
+        let minimum = 2 * u64::from(self.min_fullmoves);
+        let per_switch: Vec<String> = self
+            .per_switch
+            .iter()
+            .map(|c| {
+                let k = c.prefix_plies;
+                format!(
+                    "after ply {k} {} continued, {} skipped ({} shorter than {k} plies, {} over \
+                     at ply {k}, {} under {minimum} plies)",
+                    c.written,
+                    c.skipped(),
+                    c.shorter_than_prefix,
+                    c.over_at_switch,
+                    c.below_min_fullmoves,
+                )
+            })
+            .collect();
         format!(
-            "{} of {} games continued after ply {k}; skipped {}: {} shorter than {k} plies, {} \
-             over at ply {k}, {} under {} plies",
-            self.written,
+            "{} games from {} real games: {}",
+            self.written(),
             self.input_games,
-            self.skipped(),
-            self.shorter_than_prefix,
-            self.over_at_switch,
-            self.below_min_fullmoves,
-            2 * u64::from(self.min_fullmoves),
+            per_switch.join("; ")
         )
     }
 
     /// The footer's key-value pairs.
     pub fn to_footer(&self) -> Vec<(String, String)> {
+        let list = |of: fn(&SwitchCounts) -> u64| -> String {
+            let values: Vec<String> = self.per_switch.iter().map(|c| of(c).to_string()).collect();
+            values.join(",")
+        };
         [
-            (PREFIX_PLIES, self.prefix_plies as u64),
-            (SEED, self.seed),
-            (MIN_FULLMOVES, u64::from(self.min_fullmoves)),
-            (INPUT_GAMES, self.input_games),
-            (SHORTER_THAN_PREFIX, self.shorter_than_prefix),
-            (OVER_AT_SWITCH, self.over_at_switch),
-            (BELOW_MIN_FULLMOVES, self.below_min_fullmoves),
+            (PREFIX_PLIES, list(|c| c.prefix_plies as u64)),
+            (SEED, self.seed.to_string()),
+            (MIN_FULLMOVES, self.min_fullmoves.to_string()),
+            (INPUT_GAMES, self.input_games.to_string()),
+            (WRITTEN, list(|c| c.written)),
+            (SHORTER_THAN_PREFIX, list(|c| c.shorter_than_prefix)),
+            (OVER_AT_SWITCH, list(|c| c.over_at_switch)),
+            (BELOW_MIN_FULLMOVES, list(|c| c.below_min_fullmoves)),
         ]
         .into_iter()
-        .map(|(key, value)| (key.to_owned(), value.to_string()))
+        .map(|(key, value)| (key.to_owned(), value))
         .collect()
     }
 
     /// Reads the summary back from the footer of a continuation table (`path`: the artifact
-    /// directory or its `games.parquet`); `written` is the table's row count.
+    /// directory or its `games.parquet`), checking that the games written add up to the
+    /// table's rows.
     ///
     /// # Errors
     ///
-    /// [`DataError`] when the footer cannot be read or lacks a key or a number.
+    /// [`DataError`] when the footer cannot be read, lacks a key, holds something that is not
+    /// a count (or lists of different lengths), or disagrees with the table's rows.
     pub fn from_footer(path: &Path) -> Result<ContinuationSummary, DataError> {
         let files = parquet_files(path)?;
         let file = match files.as_slice() {
@@ -168,28 +219,100 @@ impl ContinuationSummary {
         let builder =
             ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| DataError::parquet(file, e))?;
         let metadata = builder.metadata().file_metadata();
-        let kv = metadata.key_value_metadata();
-        let number = |key: &str| -> Result<u64, DataError> {
-            let value = kv
-                .and_then(|kv| kv.iter().find(|k| k.key == key))
-                .and_then(|k| k.value.as_deref())
-                .ok_or_else(|| DataError::format(file, format!("footer has no `{key}`")))?;
-            value.parse::<u64>().map_err(|_| {
-                DataError::format(file, format!("footer `{key}` = {value:?} is not a count"))
-            })
+        let footer = Footer {
+            file,
+            kv: metadata.key_value_metadata().map_or(&[][..], Vec::as_slice),
         };
+        let ks = footer.counts(PREFIX_PLIES)?;
+        let list = |key: &str| -> Result<Vec<u64>, DataError> {
+            let values = footer.counts(key)?;
+            if values.len() == ks.len() {
+                Ok(values)
+            } else {
+                let message = format!(
+                    "footer `{key}` has {} values for {} switch plies",
+                    values.len(),
+                    ks.len()
+                );
+                Err(DataError::format(file, message))
+            }
+        };
+        let (written, shorter, over, below) = (
+            list(WRITTEN)?,
+            list(SHORTER_THAN_PREFIX)?,
+            list(OVER_AT_SWITCH)?,
+            list(BELOW_MIN_FULLMOVES)?,
+        );
         let too_large = |key: &str| DataError::format(file, format!("footer `{key}` is too large"));
-        Ok(ContinuationSummary {
-            prefix_plies: usize::try_from(number(PREFIX_PLIES)?)
-                .map_err(|_| too_large(PREFIX_PLIES))?,
-            seed: number(SEED)?,
-            min_fullmoves: u32::try_from(number(MIN_FULLMOVES)?)
+        let per_switch = (0..ks.len())
+            .map(|i| {
+                Ok(SwitchCounts {
+                    prefix_plies: usize::try_from(ks[i]).map_err(|_| too_large(PREFIX_PLIES))?,
+                    written: written[i],
+                    shorter_than_prefix: shorter[i],
+                    over_at_switch: over[i],
+                    below_min_fullmoves: below[i],
+                })
+            })
+            .collect::<Result<Vec<_>, DataError>>()?;
+        let summary = ContinuationSummary {
+            seed: footer.count(SEED)?,
+            min_fullmoves: u32::try_from(footer.count(MIN_FULLMOVES)?)
                 .map_err(|_| too_large(MIN_FULLMOVES))?,
-            input_games: number(INPUT_GAMES)?,
-            written: u64::try_from(metadata.num_rows()).unwrap_or(0),
-            shorter_than_prefix: number(SHORTER_THAN_PREFIX)?,
-            over_at_switch: number(OVER_AT_SWITCH)?,
-            below_min_fullmoves: number(BELOW_MIN_FULLMOVES)?,
+            input_games: footer.count(INPUT_GAMES)?,
+            per_switch,
+        };
+        let rows = u64::try_from(metadata.num_rows()).unwrap_or(0);
+        if summary.written() != rows {
+            let message = format!(
+                "footer says {} games were written, the table holds {rows}",
+                summary.written()
+            );
+            return Err(DataError::format(file, message));
+        }
+        Ok(summary)
+    }
+}
+
+/// The key-value pairs of a table's footer.
+struct Footer<'a> {
+    file: &'a Path,
+    kv: &'a [parquet::file::metadata::KeyValue],
+}
+
+impl Footer<'_> {
+    fn value(&self, key: &str) -> Result<&str, DataError> {
+        self.kv
+            .iter()
+            .find(|k| k.key == key)
+            .and_then(|k| k.value.as_deref())
+            .ok_or_else(|| DataError::format(self.file, format!("footer has no `{key}`")))
+    }
+
+    /// The comma-separated counts of `key`.
+    fn counts(&self, key: &str) -> Result<Vec<u64>, DataError> {
+        let value = self.value(key)?;
+        value
+            .split(',')
+            .map(|item| {
+                item.trim().parse::<u64>().map_err(|_| {
+                    DataError::format(
+                        self.file,
+                        format!("footer `{key}` = {value:?} is not a list of counts"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The one count of `key`.
+    fn count(&self, key: &str) -> Result<u64, DataError> {
+        let value = self.value(key)?;
+        value.parse::<u64>().map_err(|_| {
+            DataError::format(
+                self.file,
+                format!("footer `{key}` = {value:?} is not a count"),
+            )
         })
     }
 }
@@ -198,6 +321,22 @@ impl ContinuationSummary {
 /// `<source_id>~k<prefix_plies>`.
 pub fn continuation_id(source_id: &str, prefix_plies: usize) -> String {
     format!("{source_id}~k{prefix_plies}")
+}
+
+/// The switch ply of a [`continuation_id`]: the digits after its last `~k`, or `None` for an
+/// id that does not end that way.
+pub fn switch_ply(id: &str) -> Option<usize> {
+    let (_, digits) = id.rsplit_once("~k")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The seed of the random moves after switch ply `k` of a run seeded with `seed`: each switch
+/// ply its own stream, the same whatever other plies the run has.
+pub fn switch_seed(seed: u64, k: usize) -> u64 {
+    seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// What became of one input game.
@@ -224,17 +363,18 @@ fn record_of_continuation(source: &GameRecord, continued: &Continuation) -> Game
     }
 }
 
-/// Continues one game, reusing `arbiter`.
+/// Continues one game after `k` plies, reusing `arbiter`.
 fn continue_one(
     arbiter: &mut Arbiter,
     source: &GameRecord,
+    k: usize,
     options: &ContinuationOptions,
 ) -> Result<Fate, DataError> {
     let played = play_continuation(
         arbiter,
         &source.moves,
-        options.prefix_plies,
-        options.seed,
+        k,
+        switch_seed(options.seed, k),
         source.source_index,
     );
     match played {
@@ -255,13 +395,29 @@ fn continue_one(
     }
 }
 
+/// Checks the switch plies of `options`: at least one, none twice (their ids would clash).
+fn check_switch_plies(options: &ContinuationOptions) -> Result<(), DataError> {
+    let ks = &options.prefix_plies;
+    if ks.is_empty() {
+        return Err(DataError::Invalid(
+            "prefix_plies lists no switch ply".into(),
+        ));
+    }
+    if let Some((i, k)) = ks.iter().enumerate().find(|(i, k)| ks[..*i].contains(k)) {
+        return Err(DataError::Invalid(format!(
+            "prefix_plies lists {k} twice (item {i}): the continuations' ids would clash"
+        )));
+    }
+    Ok(())
+}
+
 /// Continues the games of the tables under `input` into `out_dir/games.parquet` (see the
 /// module doc) and returns what was written and skipped.
 ///
 /// # Errors
 ///
-/// [`DataError`] on read or write errors, a prefix move that is not legal
-/// ([`DataError::IllegalStoredMove`]), or cancellation.
+/// [`DataError`] on read or write errors, no or a repeated switch ply, a prefix move that is
+/// not legal ([`DataError::IllegalStoredMove`]), or cancellation.
 pub fn continue_games(
     input: &Path,
     out_dir: &Path,
@@ -269,52 +425,51 @@ pub fn continue_games(
     progress: &Progress,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ContinuationSummary, DataError> {
+    check_switch_plies(options)?;
     std::fs::create_dir_all(out_dir).map_err(|e| DataError::io(out_dir, e))?;
     progress.set_total(GamesReader::count_games(input)?);
     let pool = pool(options.threads)?;
     let partial = out_dir.join(PARTIAL_FILE);
     let mut writer = GamesWriter::create(&partial, &[])?;
     let mut summary = ContinuationSummary {
-        prefix_plies: options.prefix_plies,
         seed: options.seed,
         min_fullmoves: options.min_fullmoves,
-        ..ContinuationSummary::default()
+        input_games: 0,
+        per_switch: options
+            .prefix_plies
+            .iter()
+            .map(|&prefix_plies| SwitchCounts {
+                prefix_plies,
+                ..SwitchCounts::default()
+            })
+            .collect(),
     };
     let batch_games = BATCH_GAMES_PER_THREAD * options.threads.max(1);
-    let full = |summary: &ContinuationSummary| {
-        options.max_games > 0 && summary.written >= options.max_games
-    };
     for batch in GamesReader::open(input, batch_games)? {
-        if full(&summary) {
+        if full(&summary, options) {
             break;
         }
         if cancelled() {
             return Err(DataError::Cancelled);
         }
         let batch = batch?;
-        let fates: Vec<Result<Fate, DataError>> = pool.install(|| {
+        let fates: Vec<Result<Vec<Fate>, DataError>> = pool.install(|| {
             batch
                 .par_iter()
                 .map_init(Arbiter::default, |arbiter, game| {
-                    continue_one(arbiter, game, options)
+                    let ks = options.prefix_plies.iter();
+                    ks.map(|&k| continue_one(arbiter, game, k, options))
+                        .collect()
                 })
                 .collect()
         });
         let before = summary.input_games;
-        for fate in fates {
-            if full(&summary) {
+        for game in fates {
+            if full(&summary, options) {
                 break;
             }
             summary.input_games += 1;
-            match fate? {
-                Fate::Written(record) => {
-                    writer.push(&record)?;
-                    summary.written += 1;
-                }
-                Fate::ShorterThanPrefix => summary.shorter_than_prefix += 1,
-                Fate::OverAtSwitch => summary.over_at_switch += 1,
-                Fate::BelowMinFullmoves => summary.below_min_fullmoves += 1,
-            }
+            record_game(game?, &mut summary, &mut writer, options)?;
         }
         progress.inc(summary.input_games - before);
     }
@@ -322,6 +477,31 @@ pub fn continue_games(
     copy_with_footer(&partial, &out_dir.join(GAMES_FILE), &summary, cancelled)?;
     progress.set_message(summary.describe());
     Ok(summary)
+}
+
+/// Whether `max_games` games are written.
+fn full(summary: &ContinuationSummary, options: &ContinuationOptions) -> bool {
+    options.max_games > 0 && summary.written() >= options.max_games
+}
+
+/// Writes and counts the fates of one input game's continuations, one per switch ply, until
+/// `max_games` are written.
+fn record_game(
+    fates: Vec<Fate>,
+    summary: &mut ContinuationSummary,
+    writer: &mut GamesWriter,
+    options: &ContinuationOptions,
+) -> Result<(), DataError> {
+    for (i, fate) in fates.into_iter().enumerate() {
+        if full(summary, options) {
+            break;
+        }
+        summary.per_switch[i].count(&fate);
+        if let Fate::Written(record) = fate {
+            writer.push(&record)?;
+        }
+    }
+    Ok(())
 }
 
 /// Copies the games of `partial` into `path` with `summary` in the footer, then removes
@@ -342,10 +522,10 @@ fn copy_with_footer(
         }
     }
     let copied = writer.finish()?;
-    if copied != summary.written {
+    if copied != summary.written() {
         return Err(DataError::format(
             partial,
-            format!("holds {copied} games, {} were written", summary.written),
+            format!("holds {copied} games, {} were written", summary.written()),
         ));
     }
     std::fs::remove_file(partial).map_err(|e| DataError::io(partial, e))
@@ -358,8 +538,8 @@ pub struct RandomContinuationStage;
 const PARAMS: &[ParamSpec] = &[
     ParamSpec::required(
         "prefix_plies",
-        ParamType::Int,
-        "k: keep the real game's first k plies, then play uniformly random legal moves",
+        ParamType::List(&ParamType::Int),
+        "the switch plies k (a list, such as [10, 20, 40]): for each, keep the real game's first k plies, then play uniformly random legal moves",
     ),
     ParamSpec::with_default(
         "seed",
@@ -419,8 +599,15 @@ impl StageKind for RandomContinuationStage {
 
     fn run(&self, ctx: &StageContext) -> Result<(), StageError> {
         let params = ctx.params();
-        let prefix_plies = usize::try_from(params.uint("prefix_plies")?)
-            .map_err(|_| StageError::Param("prefix_plies is too large".into()))?;
+        let prefix_plies = params
+            .list("prefix_plies")?
+            .iter()
+            .map(|item| match item {
+                cwm_stage::ParamValue::Int(k) => usize::try_from(*k).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| StageError::Param("prefix_plies must list plies from 0 up".into()))?;
         let min_fullmoves = u32::try_from(params.uint("min_fullmoves")?)
             .map_err(|_| StageError::Param("min_fullmoves is too large".into()))?;
         let options = ContinuationOptions {
@@ -511,14 +698,15 @@ mod tests {
             ],
         );
         let options = ContinuationOptions {
-            prefix_plies: 4,
+            prefix_plies: vec![4],
             min_fullmoves: 0,
             ..ContinuationOptions::default()
         };
         let summary = run(&dir.join("in"), &dir.join("out"), &options);
         // Fool's mate is over at ply 4: no random move, dropped.
+        let k4 = summary.per_switch[0];
         assert_eq!(
-            (summary.written, summary.input_games, summary.over_at_switch),
+            (k4.written, summary.input_games, k4.over_at_switch),
             (2, 3, 1)
         );
         let games = read(&dir.join("out"));
@@ -533,16 +721,14 @@ mod tests {
         assert!(!dir.join("out").join(PARTIAL_FILE).exists());
         // A longer prefix makes `short` too short; a longer minimum drops what remains.
         let options = ContinuationOptions {
-            prefix_plies: 6,
+            prefix_plies: vec![6],
             min_fullmoves: 10_000,
             ..options
         };
         let summary = run(&dir.join("in"), &dir.join("out2"), &options);
-        assert_eq!(summary.written, 0);
-        assert_eq!(
-            (summary.shorter_than_prefix, summary.below_min_fullmoves),
-            (2, 1)
-        );
+        assert_eq!(summary.written(), 0);
+        let k6 = summary.per_switch[0];
+        assert_eq!((k6.shorter_than_prefix, k6.below_min_fullmoves), (2, 1));
         assert_eq!(
             ContinuationSummary::from_footer(&dir.join("out2")).unwrap(),
             summary
@@ -562,7 +748,7 @@ mod tests {
             &dir.join("in"),
             &dir.join("out"),
             &ContinuationOptions {
-                prefix_plies: 2,
+                prefix_plies: vec![2],
                 ..ContinuationOptions::default()
             },
             &Progress::disabled(),
@@ -581,28 +767,105 @@ mod tests {
         let dir = temp("max");
         fast_games_table(&dir.join("in"), 60, 3);
         let all = ContinuationOptions {
-            prefix_plies: 120,
+            prefix_plies: vec![120],
             threads: 2,
             ..ContinuationOptions::default()
         };
         let summary = run(&dir.join("in"), &dir.join("all"), &all);
         assert_eq!(summary.input_games, 60);
-        assert_eq!(summary.written + summary.skipped(), 60);
-        assert!(summary.shorter_than_prefix > 0, "{summary:?}");
-        assert!(summary.written > 10, "{summary:?}");
+        assert_eq!(summary.written() + summary.skipped(), 60);
+        assert!(summary.per_switch[0].shorter_than_prefix > 0, "{summary:?}");
+        assert!(summary.written() > 10, "{summary:?}");
         let limited = ContinuationOptions {
             max_games: 10,
-            ..all
+            ..all.clone()
         };
         let first = run(&dir.join("in"), &dir.join("ten"), &limited);
-        assert_eq!(first.written, 10);
-        assert_eq!(first.written + first.skipped(), first.input_games);
+        assert_eq!(first.written(), 10);
+        assert_eq!(first.written() + first.skipped(), first.input_games);
         assert!(first.input_games < 60);
         assert_eq!(read(&dir.join("ten"))[..], read(&dir.join("all"))[..10]);
         let footer = ContinuationSummary::from_footer(&dir.join("ten")).unwrap();
         assert_eq!(footer, first);
-        assert!(first.describe().contains("10 of"), "{}", first.describe());
+        assert!(
+            first.describe().starts_with("10 games from"),
+            "{}",
+            first.describe()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn each_switch_ply_continues_every_game_on_a_stream_of_its_own() {
+        let dir = temp("plies");
+        fast_games_table(&dir.join("in"), 12, 5);
+        let both = ContinuationOptions {
+            prefix_plies: vec![10, 30],
+            threads: 2,
+            ..ContinuationOptions::default()
+        };
+        let summary = run(&dir.join("in"), &dir.join("both"), &both);
+        let games = read(&dir.join("both"));
+        assert_eq!(games.len() as u64, summary.written());
+        for (counts, k) in summary.per_switch.iter().zip([10, 30]) {
+            assert_eq!(counts.prefix_plies, k);
+            assert_eq!(counts.written + counts.skipped(), 12, "{counts:?}");
+        }
+        // In input order, each game's continuations in the list's order; the ids say after
+        // which ply, and a run with one of the plies alone gives the same games for it.
+        let ks: Vec<usize> = games.iter().map(|g| switch_ply(&g.id).unwrap()).collect();
+        let sources: Vec<u64> = games.iter().map(|g| g.source_index).collect();
+        assert!(sources.windows(2).all(|w| w[0] <= w[1]), "{sources:?}");
+        assert!(ks.contains(&10) && ks.contains(&30), "{ks:?}");
+        let alone = ContinuationOptions {
+            prefix_plies: vec![30],
+            ..both.clone()
+        };
+        run(&dir.join("in"), &dir.join("alone"), &alone);
+        let after_30: Vec<GameRecord> = games
+            .into_iter()
+            .filter(|g| g.id.ends_with("~k30"))
+            .collect();
+        assert_eq!(read(&dir.join("alone")), after_30);
+        assert_eq!(
+            ContinuationSummary::from_footer(&dir.join("both")).unwrap(),
+            summary
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn no_switch_ply_or_one_twice_is_refused() {
+        let dir = temp("bad-plies");
+        fast_games_table(&dir.join("in"), 2, 1);
+        for (ks, expected) in [(vec![], "no switch ply"), (vec![10, 20, 10], "10 twice")] {
+            let options = ContinuationOptions {
+                prefix_plies: ks,
+                ..ContinuationOptions::default()
+            };
+            let err = continue_games(
+                &dir.join("in"),
+                &dir.join("out"),
+                &options,
+                &Progress::disabled(),
+                &|| false,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn switch_plies_read_back_from_ids() {
+        assert_eq!(switch_ply(&continuation_id("cwm_abc", 20)), Some(20));
+        assert_eq!(switch_ply("a~k3~k40"), Some(40));
+        for id in ["cwm_abc", "a~k", "a~kx1", "a~k1b", "a~k-1"] {
+            assert_eq!(switch_ply(id), None, "{id}");
+        }
+        assert_ne!(switch_seed(0, 10), switch_seed(0, 20));
+        assert_eq!(switch_seed(5, 0), 5);
     }
 
     #[test]
@@ -627,6 +890,40 @@ mod tests {
         table(&dir, &[("g", packed("e2e4"))]);
         let err = ContinuationSummary::from_footer(&dir).unwrap_err();
         assert!(err.to_string().contains(PREFIX_PLIES), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_footer_whose_lists_disagree_is_a_format_error() {
+        let dir = temp("footer-lists");
+        std::fs::create_dir_all(&dir).unwrap();
+        let summary = ContinuationSummary {
+            seed: 0,
+            min_fullmoves: 10,
+            input_games: 1,
+            per_switch: vec![SwitchCounts {
+                prefix_plies: 10,
+                written: 1,
+                ..SwitchCounts::default()
+            }],
+        };
+        let mut footer = summary.to_footer();
+        footer.iter_mut().find(|(k, _)| k == WRITTEN).unwrap().1 = "1,0".into();
+        let mut writer = GamesWriter::create(&dir.join(GAMES_FILE), &footer).unwrap();
+        writer
+            .push(&GameRecord {
+                id: "g~k10".into(),
+                ..GameRecord::default()
+            })
+            .unwrap();
+        writer.finish().unwrap();
+        let err = ContinuationSummary::from_footer(&dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(WRITTEN) && err.contains("2 values for 1"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -49,8 +49,8 @@ use std::path::PathBuf;
 use cwm_stage::{Progress, StageKind};
 
 pub use continuation::{
-    ContinuationOptions, ContinuationSummary, RandomContinuationStage, continuation_id,
-    continue_games,
+    ContinuationOptions, ContinuationSummary, RandomContinuationStage, SwitchCounts,
+    continuation_id, continue_games, switch_ply, switch_seed,
 };
 pub use download::DownloadStage;
 pub use error::DataError;

@@ -2,8 +2,8 @@
 //! the real sample games of `../shared/data` (when absent: a failure under CI, a loud skip
 //! elsewhere; see `cwm_testkit::require`), run through the stage interface: every continued
 //! game starts with its source's first `k` moves, goes on with legal moves until the arbiter
-//! ends it, and every input game is written or counted as skipped, the same bytes for any
-//! thread count.
+//! ends it, and for each switch ply every input game is written or counted as skipped, the
+//! same bytes for any thread count.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use cwm_stage::{
 use cwm_stage_data::games::{GAMES_FILE, GameRecord, GamesReader};
 use cwm_stage_data::{
     ContinuationSummary, IdKeySource, OutputFormat, ProcessOptions, RandomContinuationStage,
-    process_pgn,
+    process_pgn, switch_ply,
 };
 use cwm_testkit::shared_data;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -76,11 +76,12 @@ impl ProgressSink for Messages {
     }
 }
 
-/// Runs the stage on `input` with `prefix_plies: k`, `seed: 7` on `threads` threads into
+/// Runs the stage on `input` with `prefix_plies: ks`, `seed: 7` on `threads` threads into
 /// `out`; returns its progress messages and its log.
-fn run_stage(input: &Path, k: i64, threads: usize, out: &Path) -> (Vec<String>, String) {
+fn run_stage(input: &Path, ks: &[i64], threads: usize, out: &Path) -> (Vec<String>, String) {
     let mut params = Params::new();
-    params.insert("prefix_plies", ParamValue::Int(k));
+    let list = ks.iter().map(|&k| ParamValue::Int(k)).collect();
+    params.insert("prefix_plies", ParamValue::List(list));
     params.insert("seed", ParamValue::Int(7));
     params.insert("min_fullmoves", ParamValue::Int(10));
     params.insert("max_games", ParamValue::Int(0));
@@ -96,7 +97,7 @@ fn run_stage(input: &Path, k: i64, threads: usize, out: &Path) -> (Vec<String>, 
     let log_path = out.with_extension("log");
     let messages = Arc::new(Messages::default());
     let ctx = StageContext::new(
-        format!("random_continuation[k={k}]"),
+        "random_continuation".to_owned(),
         params,
         BTreeMap::from([("games".to_owned(), vec![artifact])]),
         BTreeMap::from([("out".to_owned(), out.to_path_buf())]),
@@ -164,9 +165,10 @@ fn expected_skips(sources: &[GameRecord], k: usize) -> (u64, u64) {
     (shorter, over)
 }
 
-/// Every continued game maps back to its source, in input order, with the source's first `k`
-/// moves; the footer's counts add up to the input.
-fn check_output(sources: &[GameRecord], out: &Path, k: usize) -> Vec<GameRecord> {
+/// Every continued game maps back to its source, in input order and each source's switch
+/// plies in the order of `ks`, with the source's first `k` moves; for each `k` the footer's
+/// counts add up to the input.
+fn check_output(sources: &[GameRecord], out: &Path, ks: &[usize]) -> Vec<GameRecord> {
     let position: HashMap<&str, usize> = sources
         .iter()
         .enumerate()
@@ -174,11 +176,18 @@ fn check_output(sources: &[GameRecord], out: &Path, k: usize) -> Vec<GameRecord>
         .collect();
     let continued = read_games(out);
     let mut last = None;
+    let mut written = vec![0u64; ks.len()];
     for game in &continued {
+        let k = switch_ply(&game.id).unwrap_or_else(|| panic!("{}: no switch ply", game.id));
+        let nth = ks
+            .iter()
+            .position(|&x| x == k)
+            .expect("a listed switch ply");
+        written[nth] += 1;
         let source_id = game.id.strip_suffix(&format!("~k{k}")).unwrap();
         let i = position[source_id];
-        assert!(last < Some(i), "{}: out of input order", game.id);
-        last = Some(i);
+        assert!(last < Some((i, nth)), "{}: out of order", game.id);
+        last = Some((i, nth));
         let source = &sources[i];
         assert_eq!(game.source_index, source.source_index);
         assert_eq!(game.site, source.site);
@@ -191,20 +200,25 @@ fn check_output(sources: &[GameRecord], out: &Path, k: usize) -> Vec<GameRecord>
         check_continuation(game, k);
     }
     let kv = footer(out);
-    let count = |key: &str| kv[key].parse::<u64>().unwrap();
-    assert_eq!(kv["cwm.prefix_plies"], k.to_string());
+    let counts =
+        |key: &str| -> Vec<u64> { kv[key].split(',').map(|v| v.parse().unwrap()).collect() };
+    let listed: Vec<String> = ks.iter().map(usize::to_string).collect();
+    assert_eq!(kv["cwm.prefix_plies"], listed.join(","));
     assert_eq!(kv["cwm.seed"], "7");
-    assert_eq!(count("cwm.input_games"), sources.len() as u64);
-    let skipped = count("cwm.skipped_shorter_than_prefix")
-        + count("cwm.skipped_over_at_switch")
-        + count("cwm.skipped_below_min_fullmoves");
-    assert_eq!(continued.len() as u64 + skipped, sources.len() as u64);
-    let (shorter, over) = expected_skips(sources, k);
-    assert_eq!(count("cwm.skipped_shorter_than_prefix"), shorter);
-    assert_eq!(count("cwm.skipped_over_at_switch"), over);
+    assert_eq!(counts("cwm.input_games"), [sources.len() as u64]);
+    assert_eq!(counts("cwm.written"), written);
     let summary = ContinuationSummary::from_footer(out).unwrap();
-    assert_eq!(summary.written, continued.len() as u64);
-    assert_eq!(summary.skipped(), skipped);
+    for (nth, &k) in ks.iter().enumerate() {
+        let skipped = counts("cwm.skipped_shorter_than_prefix")[nth]
+            + counts("cwm.skipped_over_at_switch")[nth]
+            + counts("cwm.skipped_below_min_fullmoves")[nth];
+        assert_eq!(written[nth] + skipped, sources.len() as u64, "k = {k}");
+        let (shorter, over) = expected_skips(sources, k);
+        assert_eq!(counts("cwm.skipped_shorter_than_prefix")[nth], shorter);
+        assert_eq!(counts("cwm.skipped_over_at_switch")[nth], over);
+        assert_eq!(summary.per_switch[nth].skipped(), skipped);
+    }
+    assert_eq!(summary.written(), continued.len() as u64);
     continued
 }
 
@@ -216,14 +230,14 @@ fn continued_sample_games_keep_their_first_20_moves_on_any_thread_count() {
     let dir = temp("k20");
     let sources = read_games(&sample_games(&pgn, &dir));
     assert!(sources.len() > 300, "{} sample games", sources.len());
-    let (messages, log) = run_stage(&dir.join("games"), 20, 1, &dir.join("one"));
-    run_stage(&dir.join("games"), 20, 2, &dir.join("two"));
+    let (messages, log) = run_stage(&dir.join("games"), &[20], 1, &dir.join("one"));
+    run_stage(&dir.join("games"), &[20], 2, &dir.join("two"));
     let bytes = |name: &str| std::fs::read(dir.join(name).join(GAMES_FILE)).unwrap();
     assert!(
         bytes("one") == bytes("two"),
         "output depends on the thread count"
     );
-    let continued = check_output(&sources, &dir.join("one"), 20);
+    let continued = check_output(&sources, &dir.join("one"), &[20]);
     assert!(
         continued.len() * 10 >= sources.len() * 9,
         "{}",
@@ -246,8 +260,8 @@ fn a_long_prefix_skips_the_short_sample_games_and_counts_them() {
     };
     let dir = temp("k60");
     let sources = read_games(&sample_games(&pgn, &dir));
-    let (messages, _) = run_stage(&dir.join("games"), 60, 2, &dir.join("out"));
-    check_output(&sources, &dir.join("out"), 60);
+    let (messages, _) = run_stage(&dir.join("games"), &[60], 2, &dir.join("out"));
+    check_output(&sources, &dir.join("out"), &[60]);
     let (shorter, _) = expected_skips(&sources, 60);
     assert!(shorter > 0, "no sample game is shorter than 60 plies");
     let last = messages.last().expect("a summary message");
@@ -256,5 +270,22 @@ fn a_long_prefix_skips_the_short_sample_games_and_counts_them() {
         last.contains(&format!("{shorter} shorter than 60 plies")),
         "{last}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_specifications_three_switch_plies_continue_every_sample_game_three_times() {
+    let Some(pgn) = shared_data("real/lichess_db_1000k.pgn") else {
+        return;
+    };
+    let dir = temp("k10-20-40");
+    let sources = read_games(&sample_games(&pgn, &dir));
+    let (messages, _) = run_stage(&dir.join("games"), &[10, 20, 40], 2, &dir.join("out"));
+    let continued = check_output(&sources, &dir.join("out"), &[10, 20, 40]);
+    assert!(continued.len() > 2 * sources.len(), "{}", continued.len());
+    let last = messages.last().expect("a summary message");
+    for k in [10, 20, 40] {
+        assert!(last.contains(&format!("after ply {k} ")), "{last}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
