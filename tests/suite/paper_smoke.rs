@@ -212,6 +212,7 @@ fn check_report_tables(report: &Path) {
 fn check_beyond_tables(report: &Path) {
     check_markov_tables(report);
     check_edit_table(report);
+    check_switch_table(report);
     let predictors = std::fs::read_to_string(report.join("beyond_predictors.csv")).unwrap();
     assert_eq!(
         predictors.lines().count(),
@@ -271,6 +272,39 @@ fn check_beyond_tables(report: &Path) {
                 .unwrap_or_else(|_| panic!("IoU {cell:?} in {row}"));
             assert!((0.0..=1.0).contains(&value), "{row}");
         }
+    }
+}
+
+/// The continued real games (E6): a switch table with a row per family and switch ply, whose
+/// real prefixes have enough steps for a value, its figure, and the other beyond tables of the
+/// split (without the novelty one: no novelty input).
+fn check_switch_table(report: &Path) {
+    let split = "test_continuation";
+    let csv = std::fs::read_to_string(report.join(format!("beyond_switch_{split}.csv"))).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let (k, prefix) = (
+        header.iter().position(|h| *h == "Switch ply k").unwrap(),
+        header.iter().position(|h| *h == "Real prefix (%)").unwrap(),
+    );
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|r| r.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 7 * 3, "a row per family and switch ply:\n{csv}");
+    for row in &rows {
+        assert!(["10", "20", "40"].contains(&row[k]), "{row:?}");
+        let value: f64 = row[prefix].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        assert!((0.0..=100.0).contains(&value), "{row:?}");
+    }
+    for kind in ["validity", "fields", "affordance", "events"] {
+        let path = report.join(format!("beyond_{kind}_{split}.csv"));
+        assert!(path.is_file(), "{} is missing", path.display());
+    }
+    assert!(!report.join(format!("beyond_novelty_{split}.csv")).exists());
+    for ext in ["svg", "png"] {
+        let figure = report.join(format!("figure_beyond_switch_{split}.{ext}"));
+        assert!(figure.is_file(), "{} is missing", figure.display());
     }
 }
 

@@ -175,6 +175,11 @@ pub struct DiagnoseSummary {
     pub events: Events,
     /// E12: probability mass.
     pub mass: Mass,
+    /// E6: ExactState by plies since the switch, one curve per switch ply, for the
+    /// real-prefix/random-continuation games among the predictions (ids ending `~k<k>`); empty
+    /// when there are none, and in summaries written before it existed.
+    #[serde(default)]
+    pub since_switch: Vec<SwitchCurve>,
     /// E7: the per-model seen/novel metrics, when the stage had a `novelty` input (computed
     /// by the novelty stage's join of this model's steps with the novelty table).
     #[serde(default)]
@@ -461,6 +466,35 @@ pub struct Events {
     pub promoted_identity: Vec<NamedRate>,
 }
 
+/// E6: ExactState by plies since the switch ply `k` of the games continued after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchCurve {
+    /// The switch ply `k`.
+    pub prefix_plies: u32,
+    /// Games continued after `k`.
+    pub games: u64,
+    /// Bins of [`SWITCH_BIN`] plies of `t − k`, in order: negative ones over the real prefix.
+    pub bins: Vec<SwitchBin>,
+}
+
+/// The width, in plies, of a [`SwitchBin`].
+pub const SWITCH_BIN: i64 = 10;
+
+/// The steps `start <= t − k < end` of a [`SwitchCurve`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchBin {
+    /// First ply since the switch (negative: before it).
+    pub start: i64,
+    /// One past the last.
+    pub end: i64,
+    /// Steps.
+    pub n: u64,
+    /// Exact steps.
+    pub exact: u64,
+    /// `exact / n`; `null` without steps.
+    pub exact_state: Option<f64>,
+}
+
 /// E12: probability mass.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mass {
@@ -731,6 +765,17 @@ mod tests {
                     valid_mass_histogram: vec![1; 20],
                 }),
             },
+            since_switch: vec![SwitchCurve {
+                prefix_plies: 10,
+                games: 2,
+                bins: vec![SwitchBin {
+                    start: -10,
+                    end: 0,
+                    n: 20,
+                    exact: 15,
+                    exact_state: Some(0.75),
+                }],
+            }],
             novelty: None,
         }
     }
@@ -772,6 +817,20 @@ mod tests {
         assert!(read.events.castling_since_lost.is_empty());
         assert!(read.events.promoted_identity.is_empty());
         assert_eq!(read.events.staleness, summary().events.staleness);
+    }
+
+    #[test]
+    fn a_summary_written_before_the_switch_curves_reads_without_them() {
+        let mut value = serde_json::to_value(summary()).unwrap();
+        assert!(
+            value
+                .as_object_mut()
+                .unwrap()
+                .remove("since_switch")
+                .is_some()
+        );
+        let read: DiagnoseSummary = serde_json::from_value(value).unwrap();
+        assert!(read.since_switch.is_empty());
     }
 
     #[test]

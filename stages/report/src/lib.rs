@@ -265,7 +265,7 @@ fn build_tables(
                 .into(),
         }),
     }
-    tables::keep_chosen_floor_diagnoses(inputs, &dropped);
+    tables::keep_chosen_floor_diagnoses(inputs, &dropped, &dropped_models);
     let beyond = tables::beyond_tables(inputs);
     if beyond.is_empty() && !inputs.evaluate.is_empty() {
         missing.push(MissingTable {

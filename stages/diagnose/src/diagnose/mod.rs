@@ -7,7 +7,8 @@
 //!   step compared with it) and merged in file order, so the results do not depend on the
 //!   number of threads.
 //! * Each measure has its module: [`fields`] (E2), `validity` (E1), `affordance` (E3),
-//!   `dynamics` (E4), `events` (E5), `mass` (E12). Their rates over steps are ratios of
+//!   `dynamics` (E4), `events` (E5), `mass` (E12), `switch` (E6's ExactState since the switch
+//!   of real-prefix/random-continuation games). Their rates over steps are ratios of
 //!   numbered per-game counters (`slots`), bootstrapped over games
 //!   ([`crate::stats::Bootstrap`]); rates over games or events get Wilson intervals.
 //! * Outputs: `summary.json` ([`DiagnoseSummary`]) and `steps.parquet` ([`steps`]: one row
@@ -31,6 +32,7 @@ mod memory;
 pub mod reader;
 mod slots;
 pub mod steps;
+mod switch;
 mod validity;
 
 use std::path::{Path, PathBuf};
@@ -95,6 +97,7 @@ struct Accumulator {
     dynamics: dynamics::DynamicsCounts,
     first_error_fields: events::FirstErrorFields,
     mass: mass::MassCounts,
+    switch: switch::SwitchCounts,
     games: u64,
     steps: u64,
     games_with_v1_failure: u64,
@@ -111,6 +114,7 @@ impl Accumulator {
             dynamics: dynamics::DynamicsCounts::default(),
             first_error_fields: events::FirstErrorFields::default(),
             mass: mass::MassCounts::new(has_p_max, mass_samples),
+            switch: switch::SwitchCounts::default(),
             games: 0,
             steps: 0,
             games_with_v1_failure: 0,
@@ -136,6 +140,7 @@ impl Accumulator {
         self.dynamics.merge(&result.dynamics);
         self.first_error_fields.merge(&result.first_error_fields);
         self.mass.add(&result.mass);
+        self.switch.add(&result.steps);
         self.games += 1;
         self.steps += result.steps.rows.len() as u64;
         self.games_with_v1_failure += u64::from(result.v1_failure);
@@ -242,6 +247,7 @@ fn summarise(
             &acc.first_error_fields,
         ),
         mass: mass::summarise(&estimates, &acc.mass),
+        since_switch: acc.switch.curves(),
         novelty,
     }
 }

@@ -137,6 +137,20 @@ impl Axis {
         }
     }
 
+    /// A linear axis over the finite `values`, negative ones too, padded by 3 % of their span
+    /// on either side (one unit either side of a single value; `0..1` without one).
+    pub fn span(title: impl Into<String>, values: impl IntoIterator<Item = f64>) -> Self {
+        let (lo, hi) = finite_range(values);
+        let (lo, hi) = if lo.is_finite() && hi > lo {
+            let pad = (hi - lo) * 0.03;
+            (lo - pad, hi + pad)
+        } else {
+            (lo - 1.0, lo + 1.0)
+        };
+        let (lo, hi) = usable(lo, hi, (0.0, 1.0));
+        Self::linear_range(title, lo, hi, fixed_label)
+    }
+
     /// A linear axis of named groups: group `i` spans `i - 0.5 .. i + 0.5`, its tick and label
     /// at `i`.
     pub fn groups(title: impl Into<String>, labels: &[String]) -> Self {
@@ -378,6 +392,21 @@ pub fn steps(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_axis_reaches_below_zero_and_pads_its_range() {
+        let axis = Axis::span("plies", [-35.0, 5.0, 95.0, f64::NAN]);
+        assert!(axis.lo < -35.0 && axis.lo > -40.0, "{axis:?}");
+        assert!(axis.hi > 95.0 && axis.hi < 100.0, "{axis:?}");
+        assert!(
+            axis.ticks.iter().any(|(t, l)| *t == 0.0 && l == "0"),
+            "{axis:?}"
+        );
+        let one = Axis::span("plies", [4.0]);
+        assert_eq!((one.lo, one.hi), (3.0, 5.0));
+        let none = Axis::span("plies", []);
+        assert_eq!((none.lo, none.hi), (0.0, 1.0));
+    }
 
     #[test]
     fn equal_percentages_get_a_one_unit_range() {

@@ -13,6 +13,8 @@
 //!   ExactState by plies since deviation and by the position's training count;
 //! * `figure_beyond_mass_<split>` (E12): the histograms of the sampled valid mass and of the
 //!   true-state mass;
+//! * `figure_beyond_switch_<split>` (E6, when the split holds real-prefix/random-continuation
+//!   games): ExactState by plies since the switch, a panel per switch ply;
 //! * `figure_beyond_probes_<split>` (E9, from `probe` artifacts): the probes' square accuracy
 //!   by relative depth ℓ/L, the `id` probes and (when fitted) the `ood` probes;
 //! * `figure_beyond_markov_<split>` (E10, from `markov` artifacts): Cohen's d of within-class
@@ -22,7 +24,9 @@
 //! [`MIN_N`](cwm_formats::diagnose::MIN_N) cases) is NaN here: the model's line breaks there
 //! and it has no marker or bar. A figure with nothing to draw is not made.
 
-use cwm_formats::diagnose::{BinRate, CountBin, DiagnoseSummary, MIN_N, NamedRate, Rate};
+use cwm_formats::diagnose::{
+    BinRate, CountBin, DiagnoseSummary, MIN_N, NamedRate, Rate, SwitchCurve,
+};
 use cwm_formats::novelty::ExactBin;
 
 use super::axis::short_number;
@@ -101,7 +105,7 @@ pub fn model_style(index: usize) -> (RGBColor, Shape) {
 }
 
 /// Every beyond figure: for each split in report order, those of validity, fields,
-/// affordance, memory, novelty and mass that have something to draw.
+/// affordance, memory, novelty, mass and switch that have something to draw.
 pub fn beyond(inputs: &Inputs) -> Vec<Planned> {
     beyond_runs(inputs)
         .iter()
@@ -119,6 +123,7 @@ fn split_figures(split: &str, runs: &[&DiagnoseResult]) -> Vec<Planned> {
         ("memory", Some(memory(split, runs))),
         ("novelty", novelty(split, runs)),
         ("mass", Some(mass(split, runs))),
+        ("switch", switch(split, runs)),
     ];
     figures
         .into_iter()
@@ -829,6 +834,95 @@ fn mass(split: &str, runs: &[&DiagnoseResult]) -> Figure {
     }
 }
 
+/// Panels per row of the switch figure.
+const SWITCH_PANELS_PER_ROW: usize = 3;
+
+/// The switch figure draws the bins that start before this many plies after the switch (the
+/// table sums the rest into `100+`): the change happens near the switch, and random games run
+/// on for hundreds of plies.
+const SWITCH_FIGURE_PLIES: i64 = 150;
+
+/// ExactState (%) of each bin of `curve` at the bin's middle ply since the switch, up to
+/// [`SWITCH_FIGURE_PLIES`]; NaN below [`MIN_N`] steps.
+fn switch_points(curve: &SwitchCurve) -> Vec<(f64, f64)> {
+    curve
+        .bins
+        .iter()
+        .filter(|b| b.start < SWITCH_FIGURE_PLIES)
+        .map(|b| {
+            let middle = (b.start + b.end) as f64 / 2.0;
+            let value = match b.exact_state {
+                Some(v) if b.n >= MIN_N => v * 100.0,
+                _ => f64::NAN,
+            };
+            (middle, value)
+        })
+        .collect()
+}
+
+/// E6: ExactState by plies since the switch, one panel per switch ply `k` of any run, one line
+/// per model; `None` when no run has continuation games.
+fn switch(split: &str, runs: &[&DiagnoseResult]) -> Option<Figure> {
+    let mut plies: Vec<u32> = runs
+        .iter()
+        .flat_map(|d| d.summary.since_switch.iter().map(|c| c.prefix_plies))
+        .collect();
+    plies.sort_unstable();
+    plies.dedup();
+    if plies.is_empty() {
+        return None;
+    }
+    let panels: Vec<Panel> = plies
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            let series: Vec<Series> = runs
+                .iter()
+                .enumerate()
+                .map(|(model, d)| Series {
+                    model,
+                    points: d
+                        .summary
+                        .since_switch
+                        .iter()
+                        .find(|c| c.prefix_plies == k)
+                        .map_or_else(Vec::new, switch_points),
+                })
+                .collect();
+            let letter = char::from(b'a' + (i % 26) as u8);
+            let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+            let x = Axis::span("Plies since the switch (middle of a 10-ply bin)", xs);
+            let mut panel = line_panel(
+                format!("({letter}) switch after ply {k}"),
+                x,
+                ("ExactState (%)", Unit::Percent),
+                &series,
+                BIN_RADIUS,
+            );
+            if panel.x.lo < 0.0 {
+                panel.bands.push((panel.x.lo, 0.0));
+            }
+            panel
+        })
+        .collect();
+    let rows = panels
+        .chunks(SWITCH_PANELS_PER_ROW)
+        .map(<[Panel]>::to_vec)
+        .collect();
+    Some(Figure {
+        heading: format!("Beyond the paper: leaving human play ({split})"),
+        caption: format!(
+            "ExactState on {split}, real games kept for their first k plies and then continued \
+             with uniformly random legal moves, by plies since the switch in 10-ply bins \
+             (negative, shaded: still the real game) up to {SWITCH_FIGURE_PLIES} plies after \
+             it, one panel per k and one line per model. {GAP_NOTE}"
+        ),
+        legend: model_legend(runs, false),
+        rows,
+        row_height: ROW_HEIGHT,
+    })
+}
+
 /// E5: square accuracy by staleness.
 fn memory(split: &str, runs: &[&DiagnoseResult]) -> Figure {
     let by_bin = |bins: &[NamedRate]| -> Vec<(String, f64)> {
@@ -1068,6 +1162,63 @@ mod tests {
     }
 
     #[test]
+    fn the_switch_figure_has_a_panel_per_switch_ply_and_a_line_per_model() {
+        let bin = |start: i64, n: u64, exact: u64| cwm_formats::diagnose::SwitchBin {
+            start,
+            end: start + 10,
+            n,
+            exact,
+            exact_state: Some(exact as f64 / n as f64),
+        };
+        let curve = |k: u32, bins| SwitchCurve {
+            prefix_plies: k,
+            games: 3,
+            bins,
+        };
+        let mut both = summary();
+        both.since_switch = vec![
+            curve(10, vec![bin(-10, 40, 40), bin(0, 40, 20), bin(10, 10, 0)]),
+            curve(40, vec![bin(-40, 40, 40), bin(0, 40, 10)]),
+        ];
+        let mut one = summary();
+        one.since_switch = vec![curve(
+            40,
+            vec![bin(-40, 50, 50), bin(0, 50, 25), bin(150, 50, 0)],
+        )];
+        let planned = beyond(&inputs(vec![
+            result(Family::Transformer, Size::D128, "test_continuation", both),
+            result(Family::Slice, Size::D128, "test_continuation", one),
+            result(Family::Slice, Size::D128, "test_real", summary()),
+        ]));
+        assert!(
+            planned
+                .iter()
+                .all(|p| p.id != "figure_beyond_switch_test_real")
+        );
+        let figure = find(&planned, "figure_beyond_switch_test_continuation");
+        assert_eq!(figure.rows.len(), 1);
+        let [k10, k40] = &figure.rows[0][..] else {
+            panic!("two panels");
+        };
+        assert_eq!(k10.caption, "(a) switch after ply 10");
+        assert_eq!(k10.lines.len(), 1, "only the transformer switched after 10");
+        // The bin of 10 steps is under 30: a gap in the line.
+        let points = &k10.lines[0].points;
+        assert_eq!(points[..2], [(-5.0, 100.0), (5.0, 50.0)]);
+        assert!(points[2].1.is_nan());
+        assert_eq!(k40.lines.len(), 2);
+        assert_eq!(
+            k40.lines[1].points,
+            vec![(-35.0, 100.0), (5.0, 50.0)],
+            "the bin from 150 plies on is left out"
+        );
+        assert!(k40.x.lo < -35.0 && k40.x.hi > 5.0);
+        assert_eq!(k40.bands, [(k40.x.lo, 0.0)], "the real prefix shaded");
+        let dir = TempDir::new("switch");
+        render(figure, &dir.0, "switch").unwrap();
+    }
+
+    #[test]
     fn styles_tell_many_models_apart() {
         let styles: Vec<(RGBColor, Shape)> = (0..80).map(model_style).collect();
         for (i, a) in styles.iter().enumerate() {
@@ -1277,6 +1428,7 @@ mod tests {
         }
         s.mass.true_mass_histogram.clear();
         s.mass.sampled = None;
+        s.since_switch.clear();
         s
     }
 

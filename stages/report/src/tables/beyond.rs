@@ -1,7 +1,8 @@
 //! The tables beyond the paper, from `diagnose` artifacts (one table of each kind per split):
 //! `beyond_validity_<split>` (E1, with E12's masses), `beyond_fields_<split>` (E2), `beyond_affordance_<split>`
-//! (E3, E4), `beyond_events_<split>` and `beyond_first_error_<split>` (E5) and `beyond_novelty_<split>` (E7, when the
-//! diagnostics were given a novelty artifact).
+//! (E3, E4), `beyond_events_<split>` and `beyond_first_error_<split>` (E5), `beyond_novelty_<split>` (E7, when the
+//! diagnostics were given a novelty artifact) and `beyond_switch_<split>` (E6, when the split holds
+//! real-prefix/random-continuation games).
 //!
 //! Every rate is printed from the diagnose summary as written: a percentage with two decimals,
 //! a mean in 0..1 with three, a rate per 1,000 steps with two; `–` where the value is undefined
@@ -9,7 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use cwm_formats::diagnose::{DiagnoseSummary, FirstErrors, Rate, Ratio, TagStats};
+use cwm_formats::diagnose::{
+    DiagnoseSummary, FirstErrors, MIN_N, Rate, Ratio, SwitchCurve, TagStats,
+};
 use cwm_formats::novelty::{NoveltyCell, NoveltyMetrics};
 
 use super::{cell_name, file_safe, paper_rank, sources, split_order};
@@ -21,14 +24,20 @@ const DASH_NOTE: &str =
     "`–`: not defined, or fewer than 30 steps, games or events behind the value.";
 
 /// Leaves out of `inputs.diagnose` the diagnoses of the evaluations in `dropped` (the floors no
-/// selection chose, which the test tables leave out too), so that the beyond tables and
-/// figures show the same models as the paper's.
-pub fn keep_chosen_floor_diagnoses(inputs: &mut Inputs, dropped: &BTreeSet<String>) {
+/// selection chose, which the test tables leave out too) and of the models in
+/// `dropped_models` (those floors' models, whose evaluations on a split the test tables do not
+/// read, such as `test_continuation`, are not among the report's inputs), so that the beyond
+/// tables and figures show the same models as the paper's.
+pub fn keep_chosen_floor_diagnoses(
+    inputs: &mut Inputs,
+    dropped: &BTreeSet<String>,
+    dropped_models: &BTreeSet<String>,
+) {
+    let in_set = |hash: &Option<String>, set: &BTreeSet<String>| {
+        hash.as_ref().is_some_and(|h| set.contains(h))
+    };
     inputs.diagnose.retain(|d| {
-        !d.summary
-            .evaluate_hash
-            .as_ref()
-            .is_some_and(|h| dropped.contains(h))
+        !in_set(&d.summary.evaluate_hash, dropped) && !in_set(&d.summary.model_hash, dropped_models)
     });
 }
 
@@ -64,6 +73,9 @@ pub fn beyond_tables(inputs: &Inputs) -> Vec<Table> {
         }
         if runs.iter().any(|d| d.summary.novelty.is_some()) {
             tables.push(novelty(&split, &runs));
+        }
+        if runs.iter().any(|d| !d.summary.since_switch.is_empty()) {
+            tables.push(switch(&split, &runs));
         }
     }
     tables
@@ -664,6 +676,76 @@ fn novelty(split: &str, runs: &[&DiagnoseResult]) -> Table {
     table
 }
 
+/// The ranges of plies since the switch that the switch table sums its bins into: the real
+/// prefix, then 0–9, 10–49, 50–99 and 100 on after the switch.
+const SWITCH_RANGES: [(&str, i64, i64); 5] = [
+    ("Real prefix (%)", i64::MIN, 0),
+    ("0–9 after (%)", 0, 10),
+    ("10–49 after (%)", 10, 50),
+    ("50–99 after (%)", 50, 100),
+    ("100+ after (%)", 100, i64::MAX),
+];
+
+/// E6: ExactState on the real prefix and in ranges of plies since the switch, one row per
+/// model and switch ply.
+fn switch(split: &str, runs: &[&DiagnoseResult]) -> Table {
+    let mut columns = vec![Column::left("Model"), Column::right("Switch ply k")];
+    columns.push(Column::right("Games"));
+    columns.extend(
+        SWITCH_RANGES
+            .iter()
+            .map(|(header, _, _)| Column::right(*header)),
+    );
+    let rows = runs
+        .iter()
+        .flat_map(|d| {
+            d.summary.since_switch.iter().map(move |curve| {
+                let mut row = vec![model_cell(d), count(u64::from(curve.prefix_plies))];
+                row.push(count(curve.games));
+                row.extend(
+                    SWITCH_RANGES
+                        .iter()
+                        .map(|&(_, lo, hi)| switch_range(curve, lo, hi)),
+                );
+                row
+            })
+        })
+        .collect();
+    Table {
+        id: format!("beyond_switch_{}", file_safe(split)),
+        label: format!("Beyond: switch ({split})"),
+        title: format!(
+            "ExactState on {split}, real games continued with random legal moves after ply k: on \
+             the real prefix and by plies since the switch"
+        ),
+        columns,
+        rows,
+        notes: vec![
+            DASH_NOTE.to_owned(),
+            "Each real test game is kept for its first k plies and then played on with uniformly \
+             random legal moves until the game ends (the random_continuation stage); a step t \
+             lies t − k plies after the switch. ExactState over the steps of each range, all \
+             games continued after k together."
+                .to_owned(),
+        ],
+        sources: sources(runs.iter().map(|d| &d.origin)),
+    }
+}
+
+/// ExactState over the bins of `curve` that lie in `lo <= t − k < hi`.
+fn switch_range(curve: &SwitchCurve, lo: i64, hi: i64) -> Cell {
+    let (n, exact) = curve
+        .bins
+        .iter()
+        .filter(|b| b.start >= lo && b.end <= hi)
+        .fold((0u64, 0u64), |(n, e), b| (n + b.n, e + b.exact));
+    if n < MIN_N {
+        return Cell::missing();
+    }
+    let v = exact as f64 / n as f64;
+    Cell::with_raw(format!("{:.2}", v * 100.0), format!("{}", v * 100.0))
+}
+
 /// ExactState over one stratum, all ply bins together.
 fn stratum_exact(
     m: &NoveltyMetrics,
@@ -674,7 +756,7 @@ fn stratum_exact(
         .iter()
         .map(&cell)
         .fold((0u64, 0u64), |(n, e), c| (n + c.n, e + c.exact));
-    if n < cwm_formats::diagnose::MIN_N {
+    if n < MIN_N {
         return Cell::missing();
     }
     let v = exact as f64 / n as f64;
@@ -829,6 +911,45 @@ mod tests {
     }
 
     #[test]
+    fn the_switch_table_sums_bins_into_its_ranges_and_needs_continuations() {
+        let mut run = result(Family::Transformer, "test_continuation", "e1");
+        run.summary.since_switch.clear();
+        let tables = beyond_tables(&inputs(vec![run.clone()]));
+        assert!(tables.iter().all(|t| !t.id.starts_with("beyond_switch")));
+        let bin = |start: i64, n: u64, exact: u64| cwm_formats::diagnose::SwitchBin {
+            start,
+            end: start + 10,
+            n,
+            exact,
+            exact_state: Some(exact as f64 / n as f64),
+        };
+        run.summary.since_switch = vec![SwitchCurve {
+            prefix_plies: 20,
+            games: 4,
+            bins: vec![
+                bin(-20, 40, 40),
+                bin(-10, 40, 30),
+                bin(0, 40, 10),
+                bin(10, 20, 5),
+                bin(40, 20, 0),
+            ],
+        }];
+        let tables = beyond_tables(&inputs(vec![run]));
+        let table = tables
+            .iter()
+            .find(|t| t.id == "beyond_switch_test_continuation")
+            .unwrap();
+        let row = &table.rows[0];
+        let cell = |header: &str| row[column(table, header)].text.clone();
+        assert_eq!(cell("Switch ply k"), "20");
+        assert_eq!(cell("Games"), "4");
+        assert_eq!(cell("Real prefix (%)"), "87.50");
+        assert_eq!(cell("0–9 after (%)"), "25.00");
+        assert_eq!(cell("10–49 after (%)"), "12.50", "40 steps, 5 exact");
+        assert_eq!(cell("50–99 after (%)"), "–", "no steps");
+    }
+
+    #[test]
     fn the_novelty_table_needs_a_run_with_novelty_metrics() {
         let mut run = result(Family::Transformer, "test_random", "e1");
         run.summary.novelty = None;
@@ -840,15 +961,25 @@ mod tests {
 
     #[test]
     fn diagnoses_of_dropped_floors_are_left_out() {
+        let mut continued = result(Family::Gdn, "test_continuation", "not-an-input");
+        continued.summary.model_hash = Some("dropped-model".to_owned());
         let mut inputs = inputs(vec![
             result(Family::Transformer, "test_real", "kept"),
             result(Family::Slice, "test_real", "dropped"),
+            continued,
+            result(Family::Gdn, "test_continuation", "kept-too"),
         ]);
-        keep_chosen_floor_diagnoses(&mut inputs, &BTreeSet::from(["dropped".to_owned()]));
+        keep_chosen_floor_diagnoses(
+            &mut inputs,
+            &BTreeSet::from(["dropped".to_owned()]),
+            &BTreeSet::from(["dropped-model".to_owned()]),
+        );
         let runs = beyond_runs(&inputs);
-        assert_eq!(runs.len(), 1);
+        assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].1.len(), 1);
         assert_eq!(runs[0].1[0].family, Family::Transformer);
+        let continuation: Vec<&str> = runs[1].1.iter().map(|d| d.origin.hash.as_str()).collect();
+        assert_eq!(continuation, ["d-kept-too"], "by the model's hash");
     }
 
     #[test]
