@@ -649,6 +649,53 @@ print(rs.fla_hopper_route(hopper, False, "triton"), hopper.IS_NVIDIA_HOPPER)
     );
 }
 
+/// The placeholders that stand in for the kernels mamba_ssm imports and SISO training never
+/// calls leave `inspect` working: PyTorch's `custom_op` registration, which mamba_ssm's import
+/// makes, reads `__file__` of every module in `sys.modules`, and a placeholder that answered
+/// it with a function failed mamba_ssm's import on an H200 (2026-12-04).
+#[test]
+fn mamba_placeholders_leave_inspect_working_and_refuse_when_called() {
+    if !torch_and_slices() {
+        return;
+    }
+    let script = r#"
+import inspect, sys, reference_stack as rs
+rs.stand_in_unused_kernels()
+scan = sys.modules["selective_scan_cuda"]
+print(hasattr(scan, "__file__"), hasattr(scan, "__path__"))
+print(inspect.getframeinfo(sys._getframe()).lineno)
+try:
+    scan.fwd()
+except RuntimeError as error:
+    print("refused:", error)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/models/python"),
+        )
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "False False",
+            "6",
+            "refused: Mamba-1's CUDA selective scan (selective_scan_cuda.fwd) is not installed; SISO and Mamba-2 training never call it",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("a placeholder stands in for selective_scan_cuda"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_stack_comparison_cell_that_fails_is_reported_in_its_row() {
     if !require_python("torch", "pip install torch==2.15.0") {

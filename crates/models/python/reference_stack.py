@@ -83,6 +83,11 @@ def _placeholder(name, what):
 
 
 def _placeholder_attribute(module, what, name):
+    # A module's own attributes (``__file__``, ``__path__``, ...) stay missing: ``inspect`` reads
+    # ``__file__`` of every module in ``sys.modules`` (PyTorch's ``custom_op`` registration,
+    # which mamba_ssm's import makes, goes through it), and a function there breaks it.
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
     return _placeholder(f"{module}.{name}", what)
 
 
@@ -96,6 +101,13 @@ def _module_importable(name):
 def import_mamba_ssm():
     """Imports mamba_ssm, standing in for the kernels training never calls where they are not
     installed (see the module's doc)."""
+    stand_in_unused_kernels()
+    return _import("mamba_ssm", "mamba_ssm at revision b267be48 (github.com/state-spaces/mamba)")
+
+
+def stand_in_unused_kernels():
+    """Puts a placeholder module in ``sys.modules`` for each of ``MAMBA_UNUSED_KERNELS`` that
+    is neither imported nor installed, saying so on stderr."""
     for module, function, package, what in MAMBA_UNUSED_KERNELS:
         if module in sys.modules or _module_importable(package):
             continue
@@ -108,7 +120,6 @@ def import_mamba_ssm():
         print(
             f"reference stack: {what} is not installed; a placeholder stands in for {module}", file=sys.stderr
         )
-    return _import("mamba_ssm", "mamba_ssm at revision b267be48 (github.com/state-spaces/mamba)")
 
 
 # ---------------------------------------------------------------------------------------------
