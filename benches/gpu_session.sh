@@ -39,6 +39,9 @@
 #   7c. column-single: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with every bias's gradient summed over the rows by one reduction
 #      (`--column-sums single`, crates/models/src/column_sums.rs), against step 6's two stages;
+#   7d. embedding-select: the same cells with the input embedding's gradient by burn's
+#      `select_assign`, a unit per column (`--embedding-grad select`,
+#      crates/models/src/embedding_grad.rs), against step 6's scatter;
 #   8. update-ops: the transformer's cells of step 6 (with FAMILIES other than all, its
 #      families') with the optimizer's update as separate tensor operations, the baseline of
 #      the one-pass update cwm runs by default;
@@ -124,7 +127,7 @@ SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-240}
 STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,tuning-stop
-STEP_NAMES=$STEP_NAMES,column-single,update-ops,fusion-burn,attention-kernels,delta-ops,round2
+STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels,delta-ops,round2
 STEP_NAMES=$STEP_NAMES,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
 IFS=, read -ra PLAN_STEPS <<<"$PLAN"
@@ -393,6 +396,9 @@ step_tuning_stop() {
 
 step_column_single() {
   compare column-single "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--column-sums single"
+}
+step_embedding_select() {
+  compare embedding-select "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--embedding-grad select"
 }
 step_update_ops() { compare update-ops "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--update ops"; }
 step_fusion_burn() {

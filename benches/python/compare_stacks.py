@@ -365,7 +365,7 @@ def row(arch, size, figures):
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
         f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}"
-        f"{column_sums_note(ours_last)}{products_note(ours_last)}; "
+        f"{column_sums_note(ours_last)}{embedding_grad_note(ours_last)}{products_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
@@ -405,6 +405,13 @@ def column_sums_note(line):
     in its default two stages (``column_sums`` of ``cwm model bench --json``)."""
     sums = line.get("column_sums")
     return f", column sums: {sums}" if sums not in (None, "blocks") else ""
+
+
+def embedding_grad_note(line):
+    """How cwm's process computed the input embedding's gradient on a cubecl device, where not
+    by its default scatter (``embedding_grad`` of ``cwm model bench --json``)."""
+    grad = line.get("embedding_grad")
+    return f", embedding gradient: {grad}" if grad not in (None, "scatter") else ""
 
 
 def products_note(line):

@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
 use cwm_models::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
+use cwm_models::embedding_grad::{EMBEDDING_GRAD, EmbeddingGrad};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::kernel_profile::profile_log_from_env;
 use cwm_models::products::{PRODUCTS, Products};
@@ -84,6 +85,12 @@ pub struct BenchArgs {
     /// blocks (crates/models/src/column_sums.rs).
     #[arg(long)]
     column_sums: Option<ColumnSums>,
+    /// On the cubecl devices: how the input embedding's gradient is computed, by a scatter of
+    /// every value at once (`scatter`) or by burn's `select_assign`, a unit per column
+    /// (`select`); default: CWM_EMBEDDING_GRAD, else scatter
+    /// (crates/models/src/embedding_grad.rs).
+    #[arg(long)]
+    embedding_grad: Option<EmbeddingGrad>,
     /// Who multiplies the `Linear`s', the training attention's and the chunked scans' matrices:
     /// cubecl's kernels (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against
     /// cubecl's kernels by host waits around each call (`cublas`) or by flags the GPU waits on
@@ -128,6 +135,9 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(setting) = args.column_sums {
         COLUMN_SUMS.choose(setting);
     }
+    if let Some(setting) = args.embedding_grad {
+        EMBEDDING_GRAD.choose(setting);
+    }
     if let Some(setting) = args.products {
         if setting.is_cublas() && !device.starts_with("cuda") {
             anyhow::bail!("--products {setting} multiplies on device cuda only, not {device:?}");
@@ -157,6 +167,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "fusion_blocks": chosen_fusion_blocks().map(|b| b.to_string()),
         "delta_chunks": DELTA_CHUNKS.chosen().map(|c| c.to_string()),
         "column_sums": COLUMN_SUMS.chosen().map(|c| c.to_string()),
+        "embedding_grad": EMBEDDING_GRAD.chosen().map(|c| c.to_string()),
         "products": PRODUCTS.chosen().map(|p| p.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,

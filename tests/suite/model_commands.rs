@@ -890,6 +890,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "cublas-async",
             "fused-device",
             "column-single",
+            "embedding-select",
             "update-ops",
             "fusion-burn",
             "attention-kernels",
@@ -925,6 +926,10 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "column-single",
             "fused-cpu loss, one-pass update, column sums: single;",
         ),
+        (
+            "embedding-select",
+            "fused-cpu loss, one-pass update, embedding gradient: select;",
+        ),
         ("update-ops", "fused-cpu loss, ops update;"),
         (
             "fusion-burn",
@@ -941,16 +946,16 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "{step}: {tables}"
         );
     }
-    assert_summary_row(&tables, 6);
+    assert_summary_row(&tables, 7);
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
         "done"
     );
     assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's five variants once each.
+    // The prewarm, two rounds of both sides, and cwm's six variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 10, "{lines}");
+    assert_eq!(lines.lines().count(), 11, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 
@@ -1439,23 +1444,26 @@ fn a_gpu_preparation_skips_what_is_there_stops_at_a_failure_and_sums_the_carry()
     assert!(said.contains("logs/conv1d.log"), "{said}");
     assert!(!said.contains("carry"), "{said}");
 
-    // What a call carries: the binary, the stack and the kernel cache, with the tracked files.
+    // What a call carries: the binary, the stack and both caches, with the tracked files.
     std::fs::write(ws.dir.join("bin.xz"), vec![1u8; 3 << 20]).unwrap();
     std::fs::write(ws.dir.join("cache.tar.xz"), vec![2u8; 1 << 20]).unwrap();
+    std::fs::write(ws.dir.join("triton.tar.xz"), vec![3u8; 2 << 20]).unwrap();
     let vars = [
         ("STACK", "stack"),
         ("BINARY", "bin"),
         ("KERNEL_CACHE_IN", "cache.tar.xz"),
+        ("TRITON_CACHE_IN", "triton.tar.xz"),
     ];
     let (code, said) = gpu_prepare(&ws, "carry", &vars);
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("bin.xz  3.0 MiB"), "{said}");
     assert!(said.contains("cache.tar.xz  1.0 MiB"), "{said}");
+    assert!(said.contains("triton.tar.xz  2.0 MiB"), "{said}");
     let tracked = figure_after(&said, "with the tracked files (");
     let total = figure_after(&said, "MiB): ");
     assert!(
-        (total - tracked - 5.0).abs() < 0.11,
-        "{tracked} + 5.0 != {total}: {said}"
+        (total - tracked - 7.0).abs() < 0.11,
+        "{tracked} + 7.0 != {total}: {said}"
     );
     assert!(!said.contains("warning"), "{said}");
 

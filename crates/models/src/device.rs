@@ -65,6 +65,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
+    crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
     if crate::products::PRODUCTS.choose_from_env()?.is_cublas() {
         crate::products::cublas::check_library()?;
     }
@@ -145,6 +146,7 @@ fn cube_cpu() -> Result<Device, String> {
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
+    crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
     let products = crate::products::PRODUCTS.choose_from_env()?;
     if products.is_cublas() {
         return Err(format!(

@@ -22,6 +22,7 @@ use burn::tensor::activation::{sigmoid, silu, softplus};
 
 use crate::config::{Family, ModelConfig, Precision, Scan};
 use crate::delta_chunks::{ChunkInputs, delta_chunk_recurrence};
+use crate::embedding_grad::embed;
 use crate::error::ModelError;
 use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head};
@@ -210,7 +211,7 @@ impl GatedDeltaNet {
 
 impl StateModel for GatedDeltaNet {
     fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
-        let x = self.backbone.embeddings.forward(moves); // [batch, seq, d]
+        let x = embed(&self.backbone.embeddings, moves); // [batch, seq, d]
         let mut x = tap.at(0, x);
         for (i, layer) in self.backbone.layers.iter().enumerate() {
             x = tap.at(i + 1, layer.forward(x));

@@ -40,6 +40,7 @@ pub mod delta_kernels;
 mod device;
 mod device_loss;
 mod dropout;
+pub mod embedding_grad;
 mod env_setting;
 mod error;
 mod flex_storage;

@@ -14,6 +14,7 @@ use burn::tensor::activation::gelu;
 
 use crate::config::{ModelConfig, Scan};
 use crate::dropout::dropout;
+use crate::embedding_grad::embed;
 use crate::error::ModelError;
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
 use crate::hidden::Tap;
@@ -117,7 +118,7 @@ impl Slice {
 
 impl StateModel for Slice {
     fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
-        let x = dropout(&self.dropout, self.embedding.forward(moves)); // [batch, seq, d]
+        let x = dropout(&self.dropout, embed(&self.embedding, moves)); // [batch, seq, d]
         let mut x = tap.at(0, x);
         for (i, layer) in self.layers.iter().enumerate() {
             x = tap.at(i + 1, layer.forward(x));

@@ -14,6 +14,7 @@ use crate::attention::{
 use crate::attention_kernel::{SeededDropout, causal_attention_kernels};
 use crate::config::{ModelConfig, Precision, Rope, TrainingAttention};
 use crate::dropout::{dropout, dropout_mask, dropout_seed, kept_scale};
+use crate::embedding_grad::embed;
 use crate::error::ModelError;
 use crate::glu::{GateHalf, swiglu};
 use crate::head::{EmbeddingInit, HeadInit, input_embedding, output_head, torch_linear};
@@ -133,7 +134,7 @@ impl StateModel for Transformer {
     fn features_tapped(&self, moves: Tensor<2, Int>, tap: &mut Tap<'_>) -> Tensor<3> {
         let [_, seq] = moves.dims();
         let device = moves.device();
-        let x = dropout(&self.dropout, self.tok_emb.forward(moves)); // [batch, seq, d]
+        let x = dropout(&self.dropout, embed(&self.tok_emb, moves)); // [batch, seq, d]
         let mut x = tap.at(0, x);
         let head_dim = self.blocks.first().map_or(2, |b| {
             let [_, d] = b.attn.out_proj.weight.dims();
