@@ -30,6 +30,7 @@
 # subset to run); where things are, relative to the repository: STACK (target/reference-stack),
 # VENV (target/cu130), BINARY (target/cuda-offline/cwm-bench-cuda; the build makes that one),
 # KERNEL_CACHE_IN (target/kernel-cache.tar.xz: carried when there, as gpu_session.sh takes it),
+# TRITON_CACHE_IN (target/triton-cache.tar.xz: likewise),
 # LOGS (target/gpu-prepare).
 set -euo pipefail
 
@@ -50,6 +51,7 @@ VENV=${VENV:-target/cu130}
 LOGS=${LOGS:-target/gpu-prepare}
 BINARY=${BINARY:-target/cuda-offline/cwm-bench-cuda}
 KERNEL_CACHE_IN=${KERNEL_CACHE_IN:-target/kernel-cache.tar.xz}
+TRITON_CACHE_IN=${TRITON_CACHE_IN:-target/triton-cache.tar.xz}
 # The GPU machines' PyTorch (2.11.0+cu130, PyPI's torch==2.11.0) and the CUDA 13.0 compiler
 # that matches it; pinned, so that the prebuilt extension loads there.
 CU130_PACKAGES=(torch==2.11.0 'setuptools<82' wheel packaging numpy ninja
@@ -150,6 +152,7 @@ carry() {
   local paths=("$BINARY.xz" "$STACK")
   [ -f "$BINARY.xz" ] || { echo "no $BINARY.xz: run the build step"; return 1; }
   [ -f "$cache" ] && paths+=("$cache")
+  [ -f "$TRITON_CACHE_IN" ] && paths+=("$TRITON_CACHE_IN")
   tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 \
     | awk '{ printf "%.1f", $1 / 1048576 }')
   built=$(cat "$BINARY.commit" 2>/dev/null || echo "a commit not recorded")
@@ -167,11 +170,11 @@ carry() {
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
   echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
-  echo "  PLAN=cublas,cublas-async,round1 FAMILIES=transformer PROFILE_SIZES= MORE_SIZES= \\"
+  echo "  PLAN=round1,embedding-select,cublas-async FAMILIES=all PROFILE_SIZES= MORE_SIZES= \\"
   echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
-  echo "  then, on the same machine while it is warm:"
-  echo "  PLAN=round1,cublas,cublas-async FAMILIES=mamba2,mamba3,gdn,slice,slice_diag,gdn_pos \\"
-  echo "      PROFILE_SIZES= MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
+  echo "  then, on the same machine while it is warm, the same again (it resumes), and"
+  echo "  PLAN=cublas-async FAMILIES=slice,slice_diag,mamba2,mamba3,gdn PROFILE_SIZES= \\"
+  echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
 }
 
 started=$SECONDS
