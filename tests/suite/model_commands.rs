@@ -219,6 +219,22 @@ fn torch_and_slices() -> bool {
     )
 }
 
+/// Runs the Python `script` with `crates/models/python` (the reference stack's module) on the
+/// path; returns its stdout and stderr once it succeeded.
+fn reference_stack_script(script: &str) -> (String, String) {
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/models/python"),
+        )
+        .output()
+        .expect("run python3");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
 /// The line of `table` for `family` at d128, split into trimmed cells.
 fn table_row<'a>(table: &'a str, family: &str) -> Vec<&'a str> {
     let row = table
@@ -594,17 +610,7 @@ except rs.MissingLibrary as error:
 hopper = flags(True)
 print(rs.fla_hopper_route(hopper, False, "triton"), hopper.IS_NVIDIA_HOPPER)
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .env(
-            "PYTHONPATH",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/models/python"),
-        )
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (stdout, stderr) = reference_stack_script(script);
     let note = "FLA's Triton gated backward on Hopper, gradients unchecked (fla#640)";
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines[0], "None", "elsewhere FLA runs as it is:\n{stdout}");
@@ -669,17 +675,7 @@ try:
 except RuntimeError as error:
     print("refused:", error)
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .env(
-            "PYTHONPATH",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/models/python"),
-        )
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (stdout, stderr) = reference_stack_script(script);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines,
