@@ -127,8 +127,8 @@ SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-240}
 STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,tuning-stop
-STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels,delta-ops,round2
-STEP_NAMES=$STEP_NAMES,all-sizes
+STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels
+STEP_NAMES=$STEP_NAMES,delta-ops,round2,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
 IFS=, read -ra PLAN_STEPS <<<"$PLAN"
 for step in "${PLAN_STEPS[@]}"; do

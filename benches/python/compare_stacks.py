@@ -365,7 +365,8 @@ def row(arch, size, figures):
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
         f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}"
-        f"{column_sums_note(ours_last)}{embedding_grad_note(ours_last)}{products_note(ours_last)}; "
+        f"{column_sums_note(ours_last)}{embedding_grad_note(ours_last)}"
+        f"{products_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )

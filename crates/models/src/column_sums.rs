@@ -26,9 +26,6 @@
 //! Both add the same numbers, in another order: they differ by rounding only. The CPU (`flex`)
 //! always takes one reduction, whatever the setting.
 
-use std::fmt;
-use std::str::FromStr;
-
 use burn::prelude::*;
 
 use crate::env_setting::ProcessSetting;
@@ -55,25 +52,10 @@ pub enum ColumnSums {
     Single,
 }
 
-/// Each setting with its name.
-const NAMES: [(ColumnSums, &str); 2] = [
-    (ColumnSums::Blocks, "blocks"),
-    (ColumnSums::Single, "single"),
-];
-
-impl fmt::Display for ColumnSums {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(crate::env_setting::name_of(&NAMES, self))
-    }
-}
-
-impl FromStr for ColumnSums {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::env_setting::by_name(&NAMES, s)
-    }
-}
+crate::env_setting::setting_names!(ColumnSums {
+    Blocks => "blocks",
+    Single => "single",
+});
 
 /// The rows of a block when `rows` are summed in two stages: the largest power of two that
 /// divides `rows`, is at most [`MAX_BLOCK_ROWS`] and leaves at least 16 blocks, if it is at

@@ -13,9 +13,6 @@
 //! Both compute the same quantities; they differ by rounding only (the order of the sums).
 //! Nothing changes on the CPU (`flex`), which has no kernels of cwm's for it.
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::env_setting::ProcessSetting;
 
 /// The environment variable [`DELTA_CHUNKS`] is read from.
@@ -31,25 +28,10 @@ pub enum DeltaChunks {
     Operations,
 }
 
-/// Each setting with its name.
-const NAMES: [(DeltaChunks, &str); 2] = [
-    (DeltaChunks::Kernels, "kernels"),
-    (DeltaChunks::Operations, "operations"),
-];
-
-impl fmt::Display for DeltaChunks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(crate::env_setting::name_of(&NAMES, self))
-    }
-}
-
-impl FromStr for DeltaChunks {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::env_setting::by_name(&NAMES, s)
-    }
-}
+crate::env_setting::setting_names!(DeltaChunks {
+    Kernels => "kernels",
+    Operations => "operations",
+});
 
 /// The process's setting (the module docs).
 pub static DELTA_CHUNKS: ProcessSetting<DeltaChunks> = ProcessSetting::new(DELTA_CHUNKS_VAR);

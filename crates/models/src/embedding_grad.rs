@@ -25,9 +25,6 @@
 //! Values are the same to the bit. The CPU (`flex`) always takes burn's `select_assign`,
 //! whatever the setting, and so does a forward pass without a gradient (evaluation).
 
-use std::fmt;
-use std::str::FromStr;
-
 use burn::nn::Embedding;
 use burn::prelude::*;
 
@@ -49,25 +46,10 @@ pub enum EmbeddingGrad {
     Select,
 }
 
-/// Each setting with its name.
-const NAMES: [(EmbeddingGrad, &str); 2] = [
-    (EmbeddingGrad::Scatter, "scatter"),
-    (EmbeddingGrad::Select, "select"),
-];
-
-impl fmt::Display for EmbeddingGrad {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(crate::env_setting::name_of(&NAMES, self))
-    }
-}
-
-impl FromStr for EmbeddingGrad {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::env_setting::by_name(&NAMES, s)
-    }
-}
+crate::env_setting::setting_names!(EmbeddingGrad {
+    Scatter => "scatter",
+    Select => "select",
+});
 
 /// `embedding`'s rows for `moves` (`[batch, seq]` → `[batch, seq, d]`): the values of
 /// `embedding.forward(moves)`, with the gradient by a scatter where the module docs say so.

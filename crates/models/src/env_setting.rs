@@ -41,6 +41,31 @@ pub(crate) fn name_of<T: PartialEq>(names: &[(T, &'static str)], setting: &T) ->
     found.map_or("", |&(_, name)| name)
 }
 
+/// Names the settings of the enum `$setting`: `NAMES` (each setting with its name, in the calling
+/// module), and `Display` and `FromStr` by those names (any case), as [`ProcessSetting`] reads
+/// them.
+macro_rules! setting_names {
+    ($setting:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        /// Each setting with its name.
+        const NAMES: &[($setting, &str)] = &[$(($setting::$variant, $name)),+];
+
+        impl std::fmt::Display for $setting {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($crate::env_setting::name_of(NAMES, self))
+            }
+        }
+
+        impl std::str::FromStr for $setting {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                $crate::env_setting::by_name(NAMES, s)
+            }
+        }
+    };
+}
+pub(crate) use setting_names;
+
 /// A setting chosen once for the whole process: by a caller with a setting of its own
 /// ([`ProcessSetting::choose`], e.g. a command's flag), else from the variable `var` when the
 /// first cubecl device is made ([`ProcessSetting::choose_from_env`]).

@@ -48,9 +48,6 @@
 //! batch) is also computed by burn and the two compared; a difference beyond TF32's rounding
 //! stops the process, naming the shapes.
 
-use std::fmt;
-use std::str::FromStr;
-
 use burn::backend::autodiff::{
     Autodiff,
     checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
@@ -89,26 +86,11 @@ impl Products {
     }
 }
 
-/// Each setting with its name.
-const NAMES: [(Products, &str); 3] = [
-    (Products::Cubecl, "cubecl"),
-    (Products::Cublas, "cublas"),
-    (Products::CublasAsync, "cublas-async"),
-];
-
-impl fmt::Display for Products {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(crate::env_setting::name_of(&NAMES, self))
-    }
-}
-
-impl FromStr for Products {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::env_setting::by_name(&NAMES, s)
-    }
-}
+crate::env_setting::setting_names!(Products {
+    Cubecl => "cubecl",
+    Cublas => "cublas",
+    CublasAsync => "cublas-async",
+});
 
 /// Whether the process's products are cuBLAS's.
 pub(crate) fn cublas_chosen() -> bool {
