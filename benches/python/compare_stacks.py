@@ -364,9 +364,7 @@ def row(arch, size, figures):
     notes = (
         f"cwm {ours_last.get('precision', 'f32')}, {ours_last.get('loss', 'auto')} loss, "
         f"{ours_last.get('update', 'one-pass')} update{fusion_note(ours_last)}"
-        f"{attention_note(ours_last)}{delta_chunks_note(ours_last)}"
-        f"{column_sums_note(ours_last)}{embedding_grad_note(ours_last)}"
-        f"{products_note(ours_last)}; "
+        f"{settings_note(ours_last)}; "
         f"PyTorch {last.get('precision', '')}, {last.get('step', '')} step"
         + (f", {last['stack_note']}" if last.get("stack_note") else "")
     )
@@ -387,39 +385,26 @@ def fusion_note(line):
     return ", burn's fusion search" if blocks == "burn" else f", {blocks}-block fusion search"
 
 
-def attention_note(line):
-    """How cwm's process ran the transformer's training attention on a cubecl device, where
-    not by its default operations (``attention`` of ``cwm model bench --json``)."""
-    attention = line.get("attention")
-    return f", attention: {attention}" if attention not in (None, "operations") else ""
+# The process settings ``cwm model bench --json`` reports for a cubecl device: each one's field,
+# its default, and how a row's notes name it where it is not the default.
+SETTINGS = [
+    ("attention", "operations", "attention"),  # the transformer's training attention
+    ("delta_chunks", "kernels", "delta chunks"),  # Gated DeltaNet's passage between chunks
+    ("column_sums", "blocks", "column sums"),  # a bias's gradient summed over the rows
+    ("embedding_grad", "scatter", "embedding gradient"),  # the input embedding's gradient
+    ("diagonal_scan", "kernel", "diagonal scan"),  # diagonal SLiCE's recurrence
+    ("products", "cubecl", "products"),  # who multiplies the Linear matrices
+]
 
 
-def delta_chunks_note(line):
-    """How cwm's process passed Gated DeltaNet's state from chunk to chunk on a cubecl device,
-    where not by its default kernels (``delta_chunks`` of ``cwm model bench --json``)."""
-    passage = line.get("delta_chunks")
-    return f", delta chunks: {passage}" if passage not in (None, "kernels") else ""
-
-
-def column_sums_note(line):
-    """How cwm's process summed a bias's gradient over the rows on a cubecl device, where not
-    in its default two stages (``column_sums`` of ``cwm model bench --json``)."""
-    sums = line.get("column_sums")
-    return f", column sums: {sums}" if sums not in (None, "blocks") else ""
-
-
-def embedding_grad_note(line):
-    """How cwm's process computed the input embedding's gradient on a cubecl device, where not
-    by its default scatter (``embedding_grad`` of ``cwm model bench --json``)."""
-    grad = line.get("embedding_grad")
-    return f", embedding gradient: {grad}" if grad not in (None, "scatter") else ""
-
-
-def products_note(line):
-    """Who multiplied cwm's ``Linear`` matrices, where not cubecl's kernels (``products`` of
-    ``cwm model bench --json``)."""
-    products = line.get("products")
-    return f", products: {products}" if products not in (None, "cubecl") else ""
+def settings_note(line):
+    """The settings cwm's process ran with where they are not its defaults, in the order of
+    ``SETTINGS`` (an older line without a field counts as its default)."""
+    return "".join(
+        f", {label}: {line[field]}"
+        for field, default, label in SETTINGS
+        if line.get(field) not in (None, default)
+    )
 
 
 def queued_share(lines):

@@ -890,6 +890,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "update-ops",
             "fusion-burn",
             "attention-kernels",
+            "diagonal-chunked",
             "round2",
             "finished"
         ],
@@ -915,43 +916,17 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     let round2 = section(&tables, "round2");
     assert!(round2.contains("median of 2 round(s)"), "{tables}");
     assert_eq!(table_row(round2, "slice_diag")[2], "d128");
-    // Each variant's row says what it changed.
-    for (step, precision) in [
-        ("fused-device", "fused-device loss, one-pass update;"),
-        (
-            "column-single",
-            "fused-cpu loss, one-pass update, column sums: single;",
-        ),
-        (
-            "embedding-select",
-            "fused-cpu loss, one-pass update, embedding gradient: select;",
-        ),
-        ("update-ops", "fused-cpu loss, ops update;"),
-        (
-            "fusion-burn",
-            "fused-cpu loss, one-pass update, burn's fusion search;",
-        ),
-        (
-            "attention-kernels",
-            "fused-cpu loss, one-pass update, attention: kernels;",
-        ),
-    ] {
-        assert!(
-            table_row(section(&tables, step), "slice_diag")[8]
-                .starts_with(&format!("cwm f32, {precision}")),
-            "{step}: {tables}"
-        );
-    }
-    assert_summary_row(&tables, 7);
+    assert_variant_notes(&tables);
+    assert_summary_row(&tables, 8);
     assert!(section(&read("compare.log"), "round1").contains("round 1: torch"));
     assert_eq!(
         table_row(section(&tables, "compile"), "slice_diag")[5],
         "done"
     );
     assert!(section(&read("compare.log"), "compile").contains("prewarm slice_diag d128"));
-    // The prewarm, two rounds of both sides, and cwm's six variants once each.
+    // The prewarm, two rounds of both sides, and cwm's seven variants once each.
     let lines = read("compare-stacks.jsonl");
-    assert_eq!(lines.lines().count(), 11, "{lines}");
+    assert_eq!(lines.lines().count(), 12, "{lines}");
     // Few files, so that all of them come back from a remote machine's return folder.
     assert!(std::fs::read_dir(&out).unwrap().count() <= 8);
 
@@ -991,6 +966,40 @@ fn assert_a_plan_runs_its_steps_in_its_order(ws: &Workspace) {
         );
         assert!(stderr.contains("the steps: compile,"), "{stderr}");
         assert_eq!(read("summary.txt"), summary, "{plan}: nothing ran");
+    }
+}
+
+/// Each variant's row of a session's tables says what it changed.
+fn assert_variant_notes(tables: &str) {
+    for (step, precision) in [
+        ("fused-device", "fused-device loss, one-pass update;"),
+        (
+            "column-single",
+            "fused-cpu loss, one-pass update, column sums: single;",
+        ),
+        (
+            "embedding-select",
+            "fused-cpu loss, one-pass update, embedding gradient: select;",
+        ),
+        ("update-ops", "fused-cpu loss, ops update;"),
+        (
+            "fusion-burn",
+            "fused-cpu loss, one-pass update, burn's fusion search;",
+        ),
+        (
+            "attention-kernels",
+            "fused-cpu loss, one-pass update, attention: kernels;",
+        ),
+        (
+            "diagonal-chunked",
+            "fused-cpu loss, one-pass update, diagonal scan: chunked;",
+        ),
+    ] {
+        assert!(
+            table_row(section(tables, step), "slice_diag")[8]
+                .starts_with(&format!("cwm f32, {precision}")),
+            "{step}: {tables}"
+        );
     }
 }
 

@@ -39,6 +39,7 @@ mod delta_chunks;
 pub mod delta_kernels;
 mod device;
 mod device_loss;
+pub mod diagonal_scan;
 mod dropout;
 pub mod embedding_grad;
 mod env_setting;

@@ -2,8 +2,9 @@
 //! MLP, no final norm.
 //!
 //! The recurrence `y_t = (I + A_t) y_{t−1} + c_t` runs either step by step ([`Scan::Sequential`])
-//! or in chunks combined with an inclusive parallel scan ([`Scan::Chunked`]). Dropout (spec
-//! D.3): on the embedding and on both residual branches.
+//! or in chunks combined with an inclusive parallel scan ([`Scan::Chunked`]); on cubecl's devices
+//! the chunked diagonal recurrence is one operation with kernels of its own instead
+//! (`diagonal_scan.rs`). Dropout (spec D.3): on the embedding and on both residual branches.
 
 use burn::module::Param;
 use burn::nn::{
@@ -13,6 +14,7 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 
 use crate::config::{ModelConfig, Scan};
+use crate::diagonal_scan;
 use crate::dropout::dropout;
 use crate::embedding_grad::embed;
 use crate::error::ModelError;
@@ -206,9 +208,13 @@ impl SliceCell {
             let eye: Tensor<5> = Tensor::<2>::eye(b, &device).reshape([1, 1, 1, b, b]);
             Transitions::Block(a.reshape([batch, seq, d / b, b, b]) + eye)
         };
-        match self.scan {
-            Scan::Sequential => sequential(&transitions, c, y0),
-            Scan::Chunked => chunked(transitions, c, y0, self.chunk_size),
+        match (self.scan, transitions) {
+            (Scan::Sequential, transitions) => sequential(&transitions, c, y0),
+            // On cubecl's devices the diagonal recurrence is one operation of its own.
+            (Scan::Chunked, Transitions::Diagonal(m)) if diagonal_scan::by_kernel(&c) => {
+                diagonal_scan::diagonal_scan(m, c, y0)
+            }
+            (Scan::Chunked, transitions) => chunked(transitions, c, y0, self.chunk_size),
         }
     }
 }
