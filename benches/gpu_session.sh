@@ -53,9 +53,9 @@
 #  11. delta-ops: Gated DeltaNet's cells of step 6 (`gdn`, when FAMILIES has it) with the
 #      passage from chunk to chunk by tensor operations (`--delta-chunks operations`,
 #      crates/models/src/delta_kernels.rs), against step 6's two kernels;
-#  11b. diagonal-chunked: diagonal SLiCE's cells of step 6 (`slice_diag`, when FAMILIES has
-#      it) with its recurrence by the chunked scan of tensor operations (`--diagonal-scan
-#      chunked`, crates/models/src/diagonal_scan.rs), against step 6's kernels;
+#  11b. slice-chunked: both SLiCE families' cells of step 6 (`slice` and `slice_diag`, those
+#      FAMILIES has) with their recurrence by the chunked scan of tensor operations
+#      (`--slice-scan chunked`, crates/models/src/slice_scan.rs), against step 6's kernels;
 #  12. round2: a second round of step 6 (the table docs/gpu.md carries);
 #  13. all-sizes: d256 and d384 too.
 #
@@ -131,7 +131,7 @@ STEPS=${STEPS:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-240}
 STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,tuning-stop
 STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels
-STEP_NAMES=$STEP_NAMES,delta-ops,diagonal-chunked,round2,all-sizes
+STEP_NAMES=$STEP_NAMES,delta-ops,slice-chunked,round2,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
 IFS=, read -ra PLAN_STEPS <<<"$PLAN"
 for step in "${PLAN_STEPS[@]}"; do
@@ -416,9 +416,14 @@ step_delta_ops() {
     compare delta-ops gdn "$SIZES" 1 "--cwm-args=--delta-chunks operations"
   fi
 }
-step_diagonal_chunked() {
-  if has_family slice_diag; then
-    compare diagonal-chunked slice_diag "$SIZES" 1 "--cwm-args=--diagonal-scan chunked"
+step_slice_chunked() {
+  local families=()
+  for family in slice slice_diag; do
+    if has_family $family; then families+=("$family"); fi
+  done
+  if [ ${#families[@]} -gt 0 ]; then
+    compare slice-chunked "$(IFS=,; echo "${families[*]}")" "$SIZES" 1 \
+      "--cwm-args=--slice-scan chunked"
   fi
 }
 

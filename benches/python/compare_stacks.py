@@ -392,7 +392,7 @@ SETTINGS = [
     ("delta_chunks", "kernels", "delta chunks"),  # Gated DeltaNet's passage between chunks
     ("column_sums", "blocks", "column sums"),  # a bias's gradient summed over the rows
     ("embedding_grad", "scatter", "embedding gradient"),  # the input embedding's gradient
-    ("diagonal_scan", "kernel", "diagonal scan"),  # diagonal SLiCE's recurrence
+    ("slice_scan", "kernel", "SLiCE scan"),  # SLiCE's recurrence, both block sizes
     ("products", "cubecl", "products"),  # who multiplies the Linear matrices
 ]
 

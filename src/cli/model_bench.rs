@@ -10,11 +10,11 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use cwm_models::column_sums::{COLUMN_SUMS, ColumnSums};
 use cwm_models::delta_kernels::{DELTA_CHUNKS, DeltaChunks};
-use cwm_models::diagonal_scan::{DIAGONAL_SCAN, DiagonalScan};
 use cwm_models::embedding_grad::{EMBEDDING_GRAD, EmbeddingGrad};
 use cwm_models::fusion_search::{FusionBlocks, choose_fusion_blocks, chosen_fusion_blocks};
 use cwm_models::kernel_profile::profile_log_from_env;
 use cwm_models::products::{PRODUCTS, Products};
+use cwm_models::slice_scan::{SLICE_SCAN, SliceScan};
 use cwm_models::{
     AdamWUpdate, Family, LossKernel, ModelConfig, Precision, Size, TrainingAttention,
 };
@@ -92,12 +92,12 @@ pub struct BenchArgs {
     /// (crates/models/src/embedding_grad.rs).
     #[arg(long)]
     embedding_grad: Option<EmbeddingGrad>,
-    /// On the cubecl devices: how diagonal SLiCE runs its recurrence, by cwm's kernels, a unit
-    /// per channel walking the steps (`kernel`), or by the chunked scan of tensor operations
-    /// (`chunked`); default: CWM_DIAGONAL_SCAN, else kernel
-    /// (crates/models/src/diagonal_scan.rs).
+    /// On the cubecl devices: how both SLiCE families run their recurrence, by cwm's kernels,
+    /// a unit per block walking the steps (`kernel`), or by the chunked scan of tensor
+    /// operations (`chunked`); default: CWM_SLICE_SCAN, else kernel
+    /// (crates/models/src/slice_scan.rs).
     #[arg(long)]
-    diagonal_scan: Option<DiagonalScan>,
+    slice_scan: Option<SliceScan>,
     /// Who multiplies the `Linear`s', the training attention's and the chunked scans' matrices:
     /// cubecl's kernels (`cubecl`) or, on device cuda, cuBLAS in TF32, ordered against
     /// cubecl's kernels by host waits around each call (`cublas`) or by flags the GPU waits on
@@ -145,8 +145,8 @@ pub fn bench(args: BenchArgs, threads: usize) -> Result<ExitCode> {
     if let Some(setting) = args.embedding_grad {
         EMBEDDING_GRAD.choose(setting);
     }
-    if let Some(setting) = args.diagonal_scan {
-        DIAGONAL_SCAN.choose(setting);
+    if let Some(setting) = args.slice_scan {
+        SLICE_SCAN.choose(setting);
     }
     if let Some(setting) = args.products {
         if setting.is_cublas() && !device.starts_with("cuda") {
@@ -178,7 +178,7 @@ fn json_line(args: &BenchArgs, figures: &Throughput, threads: usize) -> serde_js
         "delta_chunks": DELTA_CHUNKS.chosen().map(|c| c.to_string()),
         "column_sums": COLUMN_SUMS.chosen().map(|c| c.to_string()),
         "embedding_grad": EMBEDDING_GRAD.chosen().map(|c| c.to_string()),
-        "diagonal_scan": DIAGONAL_SCAN.chosen().map(|c| c.to_string()),
+        "slice_scan": SLICE_SCAN.chosen().map(|c| c.to_string()),
         "products": PRODUCTS.chosen().map(|p| p.to_string()),
         "attention": args.attention.name(),
         "tokens_per_s": figures.tokens_per_s,

@@ -890,7 +890,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "update-ops",
             "fusion-burn",
             "attention-kernels",
-            "diagonal-chunked",
+            "slice-chunked",
             "round2",
             "finished"
         ],
@@ -991,8 +991,8 @@ fn assert_variant_notes(tables: &str) {
             "fused-cpu loss, one-pass update, attention: kernels;",
         ),
         (
-            "diagonal-chunked",
-            "fused-cpu loss, one-pass update, diagonal scan: chunked;",
+            "slice-chunked",
+            "fused-cpu loss, one-pass update, SLiCE scan: chunked;",
         ),
     ] {
         assert!(

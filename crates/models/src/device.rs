@@ -66,7 +66,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
     crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
-    crate::diagonal_scan::DIAGONAL_SCAN.choose_from_env()?;
+    crate::slice_scan::SLICE_SCAN.choose_from_env()?;
     if crate::products::PRODUCTS.choose_from_env()?.is_cublas() {
         crate::products::cublas::check_library()?;
     }
@@ -148,7 +148,7 @@ fn cube_cpu() -> Result<Device, String> {
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
     crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
-    crate::diagonal_scan::DIAGONAL_SCAN.choose_from_env()?;
+    crate::slice_scan::SLICE_SCAN.choose_from_env()?;
     let products = crate::products::PRODUCTS.choose_from_env()?;
     if products.is_cublas() {
         return Err(format!(

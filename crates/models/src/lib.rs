@@ -39,7 +39,6 @@ mod delta_chunks;
 pub mod delta_kernels;
 mod device;
 mod device_loss;
-pub mod diagonal_scan;
 mod dropout;
 pub mod embedding_grad;
 mod env_setting;
@@ -70,6 +69,7 @@ mod rms_norm;
 mod rng;
 mod rope;
 mod slice;
+pub mod slice_scan;
 mod split;
 mod transformer;
 

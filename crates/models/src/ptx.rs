@@ -138,8 +138,8 @@ fn tensor(shape: &[usize]) -> TensorArg {
 /// shapes (batch 128 × 256 tokens, 8 heads of 64 columns), in each case its launches take:
 /// attention with and without dropout, dropout, the optimizer's update, the short convolution
 /// (at Gated DeltaNet's shapes), the RMSNorm's three kernels, Gated DeltaNet's passage from
-/// chunk to chunk, both ways, the device loss's kernel, and the two flag kernels of cuBLAS's
-/// products.
+/// chunk to chunk, both ways, SLiCE's recurrence both ways for blocks of 1 and 8, the device
+/// loss's kernel, and the two flag kernels of cuBLAS's products.
 pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     let props = Arc::new(props.clone());
     // The runtime's own target properties (its matrix registers' layout); cubecl exports the
@@ -163,6 +163,9 @@ pub fn kernels(props: &DeviceProperties) -> Vec<(String, Kernel)> {
     }
     for (name, kernel) in delta_chunks(&props, &target) {
         out.push((name.into(), kernel));
+    }
+    for (name, kernel) in slice_scan(&props, &target) {
+        out.push((name, kernel));
     }
     for (name, kernel) in product_flags(&props, &target) {
         out.push((name.into(), kernel));
@@ -527,6 +530,55 @@ fn delta_chunks(
             )),
         ),
     ]
+}
+
+/// SLiCE's recurrence both ways, as `slice_scan::cube` launches it at d512 for diagonal SLiCE
+/// (blocks of 1: a unit per channel of each sequence) and SLiCE (blocks of 8: a unit per block).
+fn slice_scan(
+    props: &Arc<DeviceProperties>,
+    target: &Arc<TargetProperties>,
+) -> Vec<(String, Kernel)> {
+    use crate::slice_scan::cube::{backward_kernel, forward_kernel};
+    const D: usize = 512;
+    let mut out: Vec<(String, Kernel)> = Vec::new();
+    for block in [1, 8] {
+        let (count, dim) = elementwise_over(BATCH * D / block);
+        let a = || tensor(&[BATCH, SEQ, D * block]);
+        let x = || tensor(&[BATCH, SEQ, D]);
+        let start = || tensor(&[BATCH, D]);
+        out.push((
+            format!("slice_scan_forward (block {block})"),
+            Box::new(forward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count.clone(),
+                dim,
+                a(),
+                x(),
+                start(),
+                x(),
+                block,
+            )),
+        ));
+        out.push((
+            format!("slice_scan_backward (block {block})"),
+            Box::new(backward_kernel::create_dummy_kernel(
+                props.clone(),
+                target.clone(),
+                count,
+                dim,
+                a(),
+                start(),
+                x(),
+                x(),
+                a(),
+                x(),
+                start(),
+                block,
+            )),
+        ));
+    }
+    out
 }
 
 /// The two one-unit kernels that order cuBLAS's products on the GPU (`products/flags.rs`).

@@ -3,8 +3,8 @@
 //!
 //! The recurrence `y_t = (I + A_t) y_{t−1} + c_t` runs either step by step ([`Scan::Sequential`])
 //! or in chunks combined with an inclusive parallel scan ([`Scan::Chunked`]); on cubecl's devices
-//! the chunked diagonal recurrence is one operation with kernels of its own instead
-//! (`diagonal_scan.rs`). Dropout (spec D.3): on the embedding and on both residual branches.
+//! the chunked form is one operation with kernels of its own instead (`slice_scan.rs`).
+//! Dropout (spec D.3): on the embedding and on both residual branches.
 
 use burn::module::Param;
 use burn::nn::{
@@ -14,7 +14,6 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 
 use crate::config::{ModelConfig, Scan};
-use crate::diagonal_scan;
 use crate::dropout::dropout;
 use crate::embedding_grad::embed;
 use crate::error::ModelError;
@@ -24,6 +23,7 @@ use crate::mixed;
 use crate::model::StateModel;
 use crate::products::product_of;
 use crate::rms_norm::rms_norm;
+use crate::slice_scan;
 use crate::split::{split_array, windows_array};
 
 /// Epsilon of the layers' RMSNorms.
@@ -202,19 +202,19 @@ impl SliceCell {
         let c = mixed::project(&self.vf_b, u); // [batch, seq, d]
         let y0 = self.init.val().reshape([1, d]).expand([batch, d]);
         let b = self.block;
+        if self.scan == Scan::Chunked && slice_scan::by_kernel(&c, b) {
+            // On cubecl's devices the recurrence is one operation of its own.
+            return slice_scan::slice_scan(a, c, y0, b);
+        }
         let transitions = if b == 1 {
             Transitions::Diagonal(a + 1.0)
         } else {
             let eye: Tensor<5> = Tensor::<2>::eye(b, &device).reshape([1, 1, 1, b, b]);
             Transitions::Block(a.reshape([batch, seq, d / b, b, b]) + eye)
         };
-        match (self.scan, transitions) {
-            (Scan::Sequential, transitions) => sequential(&transitions, c, y0),
-            // On cubecl's devices the diagonal recurrence is one operation of its own.
-            (Scan::Chunked, Transitions::Diagonal(m)) if diagonal_scan::by_kernel(&c) => {
-                diagonal_scan::diagonal_scan(m, c, y0)
-            }
-            (Scan::Chunked, transitions) => chunked(transitions, c, y0, self.chunk_size),
+        match self.scan {
+            Scan::Sequential => sequential(&transitions, c, y0),
+            Scan::Chunked => chunked(transitions, c, y0, self.chunk_size),
         }
     }
 }
