@@ -21,8 +21,9 @@
 #      --prewarm; at most PREWARM_S seconds);
 #   4. transformer: the transformer's cells of step 6 (when FAMILIES has it and PROFILE_SIZES is
 #      not empty), so that
-#   5. profile: the transformer at PROFILE_SIZES under cubecl's kernel profiler (its kernels
-#      compiled and tuned in the kernel cache by then) and the reference's under torch.profiler;
+#   5. profile: PROFILE_FAMILIES (the transformer by default) at PROFILE_SIZES under cubecl's
+#      kernel profiler (the transformer's kernels compiled and tuned in the kernel cache by
+#      then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
 #   6b. cublas: the transformer's cells of step 6 (with FAMILIES other than all, its families')
 #      with every `Linear`'s products by cuBLAS in TF32 (`--products cublas`,
@@ -91,7 +92,8 @@
 # carry $STATE with the last call's compare-stacks.jsonl in it.
 #
 # Settings (environment): PLAN (above), DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps
-# 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out), PREWARM
+# 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out),
+# PROFILE_FAMILIES (transformer: the families step 5 profiles, comma-separated), PREWARM
 # (processes at a time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
@@ -123,6 +125,7 @@ FAMILIES=${FAMILIES:-all}
 SIZES=${SIZES:-d128,d512}
 MORE_SIZES=${MORE_SIZES-d256,d384}
 PROFILE_SIZES=${PROFILE_SIZES-d512,d128}
+PROFILE_FAMILIES=${PROFILE_FAMILIES:-transformer}
 PREWARM=${PREWARM:-0}
 PREWARM_S=${PREWARM_S:-300}
 BATCH=${BATCH:-128}
@@ -137,6 +140,15 @@ IFS=, read -ra PLAN_STEPS <<<"$PLAN"
 for step in "${PLAN_STEPS[@]}"; do
   if ! [[ $step =~ ^[a-z0-9-]+$ && ,$STEP_NAMES, == *,$step,* ]]; then
     echo "gpu_session: no step '$step' in PLAN=$PLAN; the steps: $STEP_NAMES" >&2
+    exit 2
+  fi
+done
+FAMILY_NAMES=transformer,slice,slice_diag,mamba2,mamba3,gdn,gdn_pos
+IFS=, read -ra PROFILED <<<"$PROFILE_FAMILIES"
+for family in "${PROFILED[@]}"; do
+  if ! [[ ,$FAMILY_NAMES, == *,$family,* ]]; then
+    echo "gpu_session: no family '$family' in PROFILE_FAMILIES=$PROFILE_FAMILIES;" \
+      "the families: $FAMILY_NAMES" >&2
     exit 2
   fi
 done
@@ -286,7 +298,7 @@ compare() {
   esac
 }
 
-# The transformer under both stacks' profilers, at each of PROFILE_SIZES: where a step's time
+# PROFILE_FAMILIES under both stacks' profilers, at each of PROFILE_SIZES: where a step's time
 # goes, kernel by kernel. cwm's process (CWM_KERNEL_PROFILE: cubecl's profiler log and nothing
 # else) finds its kernels compiled and tuned in the kernel cache; kernel_profile.py turns the
 # log's last tables into one step's and compares it with the step's time without the profiler
@@ -295,10 +307,10 @@ compare() {
 # the logs, compressed, to profile-logs.tar.xz. On the CPU (no kernel profiler in cwm's flex
 # build) only the reference's side has a table.
 profile_one() {
-  local size=$1 log=$OUT/profile-$1.log step_s limit=$(($(left) - 40))
-  local shape=(--arch transformer --size "$size" --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
+  local family=$1 size=$2 log=$OUT/profile-$1-$2.log step_s limit=$(($(left) - 40))
+  local shape=(--arch "$family" --size "$size" --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
   if [ "$limit" -lt 20 ]; then
-    echo "## $size: not run, $(left) s left"
+    echo "## $family $size: not run, $(left) s left"
     return 0
   fi
   # Capped, so that a cache that did not serve (compilation under the profiler) leaves the
@@ -306,10 +318,10 @@ profile_one() {
   [ "$limit" -le 150 ] || limit=150
   step_s=$(python3 -c 'import json, statistics, sys
 steps = [r["median_step_s"] for r in map(json.loads, open(sys.argv[1]))
-         if r["side"] == "cwm" and r["cell"]["family"] == "transformer"
-         and r["cell"]["size"] == sys.argv[2] and "cwm_args" not in r["cell"]]
-print(statistics.median(steps) if steps else "")' "$JSONL" "$size" 2>/dev/null || true)
-  echo "## cwm, transformer $size, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
+         if r["side"] == "cwm" and r["cell"]["family"] == sys.argv[2]
+         and r["cell"]["size"] == sys.argv[3] and "cwm_args" not in r["cell"]]
+print(statistics.median(steps) if steps else "")' "$JSONL" "$family" "$size" 2>/dev/null || true)
+  echo "## cwm, $family $size, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
   echo
   if CWM_KERNEL_PROFILE=$log timeout "$limit" "$CWM" model bench --device "$DEVICE" \
     "${shape[@]}" --json 2>&1; then
@@ -320,7 +332,7 @@ print(statistics.median(steps) if steps else "")' "$JSONL" "$size" 2>/dev/null |
     echo "(failed or out of time after $limit s)"
   fi
   echo
-  echo "## reference, transformer $size"
+  echo "## reference, $family $size"
   echo
   timeout 60 python3 benches/python/train_torch.py --stack reference --device "$DEVICE" \
     "${shape[@]}" --profile "$OUT/reference-profile.txt" 2>&1 | grep -v '^USDT:' || true
@@ -335,10 +347,12 @@ profile() {
     say "profile: not run, $(left) s left"
     return 0
   fi
-  local size
+  local family size
   : >"$OUT/profile.md"
-  for size in ${PROFILE_SIZES//,/ }; do
-    profile_one "$size" >>"$OUT/profile.md"
+  for family in ${PROFILE_FAMILIES//,/ }; do
+    for size in ${PROFILE_SIZES//,/ }; do
+      profile_one "$family" "$size" >>"$OUT/profile.md"
+    done
   done
   # The logs are large (one was over 16 MiB, too big to come back, on 2026-11-26) and
   # repetitive.

@@ -816,6 +816,7 @@ fn gpu_session(ws: &Workspace, seconds: &str, more: &[(&str, &str)]) -> (Option<
         ("SIZES", "d128"),
         ("MORE_SIZES", ""),
         ("PROFILE_SIZES", "d128"),
+        ("PROFILE_FAMILIES", "transformer,slice_diag"),
         ("PREWARM", "2"),
         ("BATCH", "2"),
         ("SEQ", "8"),
@@ -902,9 +903,12 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
     for part in [
         "## cwm, transformer d128, batch 2 x 8, 2 warm-up and 3 profiled steps",
         "\"tokens_per_s\"",
-        "profile-d128.log: No such file or directory (only cwm's cuda and cube-cpu builds",
+        "profile-transformer-d128.log: No such file or directory (only cwm's cuda and cube-cpu builds",
         "## reference, transformer d128",
         "torch.profiler, reference stack, transformer d128, batch 2 x 8: the 3 timed step(s)",
+        "## cwm, slice_diag d128, batch 2 x 8, 2 warm-up and 3 profiled steps",
+        "## reference, slice_diag d128",
+        "torch.profiler, reference stack, slice_diag d128, batch 2 x 8: the 3 timed step(s)",
         "Optimizer.step#AdamW.step",
     ] {
         assert!(
@@ -967,6 +971,14 @@ fn assert_a_plan_runs_its_steps_in_its_order(ws: &Workspace) {
         assert!(stderr.contains("the steps: compile,"), "{stderr}");
         assert_eq!(read("summary.txt"), summary, "{plan}: nothing ran");
     }
+    // So is a family to profile that is no family's.
+    let (code, stderr) = gpu_session(ws, "600", &[("PROFILE_FAMILIES", "slice,slice_dig")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no family 'slice_dig'") && stderr.contains("the families: transformer,"),
+        "{stderr}"
+    );
+    assert_eq!(read("summary.txt"), summary, "nothing ran");
 }
 
 /// Each variant's row of a session's tables says what it changed.
