@@ -120,23 +120,11 @@ fn add_row_in_blocks(y: Tensor<2>, row: Tensor<1>, block: usize) -> Tensor<2> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
     #[test]
     fn the_variable_names_blocks_or_single() {
-        let parse = |v: Option<&str>| COLUMN_SUMS.parse(v.map(OsStr::new));
-        assert_eq!(parse(None), Ok(ColumnSums::Blocks));
-        assert_eq!(parse(Some("")), Ok(ColumnSums::Blocks));
-        assert_eq!(parse(Some("Single")), Ok(ColumnSums::Single));
-        assert_eq!(parse(Some("blocks")), Ok(ColumnSums::Blocks));
-        let err = parse(Some("halves")).unwrap_err();
-        assert!(
-            err.starts_with(COLUMN_SUMS_VAR) && err.contains("halves"),
-            "{err}"
-        );
-        for setting in [ColumnSums::Blocks, ColumnSums::Single] {
-            assert_eq!(setting.to_string().parse(), Ok(setting));
-        }
+        assert_eq!(ColumnSums::default(), ColumnSums::Blocks);
+        crate::env_setting::assert_reads_its_names(&COLUMN_SUMS, NAMES, &["halves"]);
     }
 
     /// The paper's 128 × 256 rows take blocks of 128; fewer rows, smaller blocks, so that 16

@@ -39,24 +39,10 @@ pub static DELTA_CHUNKS: ProcessSetting<DeltaChunks> = ProcessSetting::new(DELTA
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
     #[test]
     fn the_variable_names_kernels_or_operations() {
-        let parse = |v: Option<&str>| DELTA_CHUNKS.parse(v.map(OsStr::new));
-        assert_eq!(parse(None), Ok(DeltaChunks::Kernels));
-        assert_eq!(parse(Some("")), Ok(DeltaChunks::Kernels));
-        assert_eq!(parse(Some("Kernels")), Ok(DeltaChunks::Kernels));
-        assert_eq!(parse(Some("operations")), Ok(DeltaChunks::Operations));
-        for bad in ["ops", "kernel", "1"] {
-            let err = parse(Some(bad)).unwrap_err();
-            assert!(
-                err.starts_with(DELTA_CHUNKS_VAR) && err.contains(bad),
-                "{err}"
-            );
-        }
-        for setting in [DeltaChunks::Kernels, DeltaChunks::Operations] {
-            assert_eq!(parse(Some(&setting.to_string())), Ok(setting));
-        }
+        assert_eq!(DeltaChunks::default(), DeltaChunks::Kernels);
+        crate::env_setting::assert_reads_its_names(&DELTA_CHUNKS, NAMES, &["ops", "kernel", "1"]);
     }
 }

@@ -89,16 +89,8 @@ mod tests {
 
     #[test]
     fn the_variable_names_scatter_or_select() {
-        let parse = |v: Option<&str>| EMBEDDING_GRAD.parse(v.map(std::ffi::OsStr::new));
-        assert_eq!(parse(None), Ok(EmbeddingGrad::Scatter));
-        assert_eq!(parse(Some("")), Ok(EmbeddingGrad::Scatter));
-        assert_eq!(parse(Some("select")), Ok(EmbeddingGrad::Select));
-        let error = parse(Some("atomic")).unwrap_err();
-        assert!(
-            error.contains(EMBEDDING_GRAD_VAR) && error.contains("scatter"),
-            "{error}"
-        );
-        assert_eq!(EmbeddingGrad::Select.to_string(), "select");
+        assert_eq!(EmbeddingGrad::default(), EmbeddingGrad::Scatter);
+        crate::env_setting::assert_reads_its_names(&EMBEDDING_GRAD, NAMES, &["atomic"]);
     }
 
     /// Token ids with repeats (the scatter's additions into one row), a table of 11 rows with

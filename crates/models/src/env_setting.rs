@@ -114,6 +114,40 @@ impl<T: Copy + Default + FromStr<Err = String>> ProcessSetting<T> {
     }
 }
 
+/// Checks that `setting`'s variable reads as every setting's should: unset or empty is the
+/// default; each of `names` (the module's `NAMES`), in any case, is its setting, which displays
+/// as it; each of `bad` is refused with a message that starts with the variable's name and
+/// quotes the value.
+#[cfg(test)]
+pub(crate) fn assert_reads_its_names<T>(
+    setting: &ProcessSetting<T>,
+    names: &[(T, &str)],
+    bad: &[&str],
+) where
+    T: Copy + Default + FromStr<Err = String> + PartialEq + std::fmt::Debug + std::fmt::Display,
+{
+    let parse = |v: Option<&str>| setting.parse(v.map(OsStr::new));
+    assert_eq!(parse(None), Ok(T::default()), "{}: unset", setting.var);
+    assert_eq!(parse(Some("")), Ok(T::default()), "{}: empty", setting.var);
+    for &(value, name) in names {
+        assert_eq!(parse(Some(name)), Ok(value), "{}={name}", setting.var);
+        assert_eq!(
+            parse(Some(&name.to_uppercase())),
+            Ok(value),
+            "{}={name}",
+            setting.var
+        );
+        assert_eq!(value.to_string(), name);
+    }
+    for bad in bad {
+        let err = parse(Some(bad)).unwrap_err();
+        assert!(
+            err.starts_with(setting.var) && err.contains(&format!("{bad:?}")),
+            "{err}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -316,7 +316,6 @@ mod tests {
     use super::*;
     use crate::causal_conv::tests::values;
     use burn::tensor::Distribution;
-    use std::ffi::OsStr;
 
     /// The recurrence step by step under autodiff, as `slice.rs`'s sequential scan runs it:
     /// `y ← (I + A_t) y + c_t`, block by block.
@@ -441,21 +440,12 @@ mod tests {
 
     #[test]
     fn the_variable_names_kernel_or_chunked() {
-        let parse = |v: Option<&str>| SLICE_SCAN.parse(v.map(OsStr::new));
-        assert_eq!(parse(None), Ok(SliceScan::Kernel));
-        assert_eq!(parse(Some("")), Ok(SliceScan::Kernel));
-        assert_eq!(parse(Some("Kernel")), Ok(SliceScan::Kernel));
-        assert_eq!(parse(Some("chunked")), Ok(SliceScan::Chunked));
-        for bad in ["kernels", "sequential", "1"] {
-            let err = parse(Some(bad)).unwrap_err();
-            assert!(
-                err.starts_with(SLICE_SCAN_VAR) && err.contains(bad),
-                "{err}"
-            );
-        }
-        for setting in [SliceScan::Kernel, SliceScan::Chunked] {
-            assert_eq!(parse(Some(&setting.to_string())), Ok(setting));
-        }
+        assert_eq!(SliceScan::default(), SliceScan::Kernel);
+        crate::env_setting::assert_reads_its_names(
+            &SLICE_SCAN,
+            NAMES,
+            &["kernels", "sequential", "1"],
+        );
     }
 
     /// `got` within `10⁻⁵ · max(1, max |want|)` of `want`, element by element: for sums whose
