@@ -170,8 +170,8 @@ carry() {
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
   echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
-  echo "  PLAN=round1,embedding-select,cublas-async FAMILIES=all PROFILE_SIZES= MORE_SIZES= \\"
-  echo "      PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
+  echo "  PLAN=round1,embedding-select,slice-chunked,cublas-async FAMILIES=all PROFILE_SIZES= \\"
+  echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
   echo "  then, on the same machine while it is warm, the same again (it resumes), and"
   echo "  PLAN=cublas-async FAMILIES=slice,slice_diag,mamba2,mamba3,gdn PROFILE_SIZES= \\"
   echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
