@@ -36,7 +36,7 @@ const MAX_TAPS: usize = 16;
 
 /// Element `(b, t, c)` of `t`, `[batch, seq, channels]`, through its strides.
 #[cube]
-fn at(t: &Tensor<f32>, b: usize, step: usize, c: usize) -> f32 {
+pub(crate) fn at(t: &Tensor<f32>, b: usize, step: usize, c: usize) -> f32 {
     t[b * t.stride(0) + step * t.stride(1) + c * t.stride(2)]
 }
 

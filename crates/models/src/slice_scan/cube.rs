@@ -21,13 +21,7 @@ use burn_cubecl::kernel::untile;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::{MAX_BLOCK, SliceScanOps, backward_by_ops, forward_by_ops};
-use crate::causal_conv::cube::{empty_like, grid};
-
-/// Element `(b, t, i)` of `x`, `[batch, seq, w]`, through its strides.
-#[cube]
-fn at(x: &Tensor<f32>, b: usize, t: usize, i: usize) -> f32 {
-    x[b * x.stride(0) + t * x.stride(1) + i * x.stride(2)]
-}
+use crate::causal_conv::cube::{at, empty_like, grid};
 
 /// Element `(b, i)` of the start state `y0`, `[batch, d]`, through its strides.
 #[cube]
@@ -100,10 +94,13 @@ pub(crate) fn backward_kernel(
     let (b, first) = (pos / n, (pos % n) * block);
     let mut carry = Array::<f32>::new(block);
     let mut g = Array::<f32>::new(block);
+    // The state before step t: the output's step t − 1, or the start (read once) at t = 0.
+    let mut initial = Array::<f32>::new(block);
     let mut previous = Array::<f32>::new(block);
     #[unroll]
     for i in 0..block {
         carry[i] = 0.0f32;
+        initial[i] = start(y0, b, first + i);
     }
     for step in 0..seq {
         let t = seq - 1 - step;
@@ -111,7 +108,7 @@ pub(crate) fn backward_kernel(
         for i in 0..block {
             g[i] = at(grad, b, t, first + i) + carry[i];
             dc[(b * seq + t) * d + first + i] = g[i];
-            previous[i] = start(y0, b, first + i);
+            previous[i] = initial[i];
             if t > 0 {
                 previous[i] = at(out, b, t - 1, first + i);
             }
