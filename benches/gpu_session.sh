@@ -136,22 +136,22 @@ STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,t
 STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels
 STEP_NAMES=$STEP_NAMES,delta-ops,slice-chunked,round2,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
-IFS=, read -ra PLAN_STEPS <<<"$PLAN"
-for step in "${PLAN_STEPS[@]}"; do
-  if ! [[ $step =~ ^[a-z0-9-]+$ && ,$STEP_NAMES, == *,$step,* ]]; then
-    echo "gpu_session: no step '$step' in PLAN=$PLAN; the steps: $STEP_NAMES" >&2
-    exit 2
-  fi
-done
 FAMILY_NAMES=transformer,slice,slice_diag,mamba2,mamba3,gdn,gdn_pos
-IFS=, read -ra PROFILED <<<"$PROFILE_FAMILIES"
-for family in "${PROFILED[@]}"; do
-  if ! [[ ,$FAMILY_NAMES, == *,$family,* ]]; then
-    echo "gpu_session: no family '$family' in PROFILE_FAMILIES=$PROFILE_FAMILIES;" \
-      "the families: $FAMILY_NAMES" >&2
-    exit 2
-  fi
-done
+# Refuses, before anything runs, a name in the variable VAR's comma-separated value that is not
+# one of KNOWN: check_names VAR KNOWN KIND KINDS (KIND and its plural, for the message).
+check_names() {
+  local value=${!1} name names
+  IFS=, read -ra names <<<"$value"
+  for name in "${names[@]}"; do
+    if ! [[ $name =~ ^[a-z0-9_-]+$ && ,$2, == *,$name,* ]]; then
+      echo "gpu_session: no $3 '$name' in $1=$value; the $4: $2" >&2
+      exit 2
+    fi
+  done
+}
+check_names PLAN "$STEP_NAMES" step steps
+check_names PROFILE_FAMILIES "$FAMILY_NAMES" family families
+IFS=, read -ra PLAN_STEPS <<<"$PLAN"
 has_family() { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,$1,* ]]; }
 # The steps that time one of cwm's variants take the transformer alone when FAMILIES is all.
 if [ "$FAMILIES" = all ]; then VARIANT_FAMILIES=transformer; else VARIANT_FAMILIES=$FAMILIES; fi
