@@ -61,13 +61,7 @@ fn cuda(name: &str, index: u32) -> Result<Device, String> {
             DRIVER_DIRS.join(", ")
         ));
     }
-    crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::Cuda);
-    crate::fusion_search::choose_from_env()?;
-    crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
-    crate::column_sums::COLUMN_SUMS.choose_from_env()?;
-    crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
-    crate::slice_scan::SLICE_SCAN.choose_from_env()?;
-    if crate::products::PRODUCTS.choose_from_env()?.is_cublas() {
+    if set_up_cubecl(crate::kernel_cache::Runtime::Cuda)?.is_cublas() {
         crate::products::cublas::check_library()?;
     }
     Ok(Device::cuda(index))
@@ -141,15 +135,28 @@ fn cuda(name: &str, _index: u32) -> Result<Device, String> {
     ))
 }
 
-#[cfg(feature = "cube-cpu")]
-fn cube_cpu() -> Result<Device, String> {
-    crate::kernel_cache::configure_cubecl(crate::kernel_cache::Runtime::CubeCpu);
+/// What making a cubecl device sets up for the whole process: where cubecl keeps its kernels,
+/// then every process setting not chosen yet, from its environment variable; returns who
+/// multiplies the matrices.
+///
+/// # Errors
+/// The first setting whose variable names none of its values.
+#[cfg(any(feature = "cuda", feature = "cube-cpu"))]
+fn set_up_cubecl(
+    runtime: crate::kernel_cache::Runtime,
+) -> Result<crate::products::Products, String> {
+    crate::kernel_cache::configure_cubecl(runtime);
     crate::fusion_search::choose_from_env()?;
     crate::delta_kernels::DELTA_CHUNKS.choose_from_env()?;
     crate::column_sums::COLUMN_SUMS.choose_from_env()?;
     crate::embedding_grad::EMBEDDING_GRAD.choose_from_env()?;
     crate::slice_scan::SLICE_SCAN.choose_from_env()?;
-    let products = crate::products::PRODUCTS.choose_from_env()?;
+    crate::products::PRODUCTS.choose_from_env()
+}
+
+#[cfg(feature = "cube-cpu")]
+fn cube_cpu() -> Result<Device, String> {
+    let products = set_up_cubecl(crate::kernel_cache::Runtime::CubeCpu)?;
     if products.is_cublas() {
         return Err(format!(
             "\"cube-cpu\": CWM_PRODUCTS={products} multiplies on device cuda only; leave the \
