@@ -26,6 +26,13 @@
 //! The value is the generic kernel's up to float rounding in the order of the sums; the tests
 //! hold the two to each other in value and in every gradient on the CPU.
 //!
+//! In [`Precision::Bf16`] (Mamba-3's, as the reference's bf16 autocast) it takes the generic
+//! loss's numbers step for step: the logits from bf16-rounded operands, rounded to bf16
+//! ([`crate::mixed`]); the cross-entropy and the logits' gradient in f32 over the reference's
+//! bf16 denominator ([`crate::mixed::bf16_denominator`]); then that gradient rounded to bf16, as
+//! autocast's cast hands it to the head's products, and the head's gradients as bf16 products
+//! and a bf16 column sum, returned in f32 as the casts back to the f32 weights return them.
+//!
 //! Unlike the CPU kernel it cannot check targets on the host: a valid step's target outside its
 //! label's classes is not detected (as with the generic kernel), so the data stages' checks
 //! are what keep them in range.
@@ -33,18 +40,22 @@
 use burn::nn::Linear;
 use burn::prelude::*;
 
-use crate::fused_loss::{HeadGradients, loss_with_head_gradient, untracked_logits};
+use crate::config::Precision;
+use crate::fused_loss::{HeadGradients, loss_with_head_gradient};
 use crate::head::{HEAD_OUT, N_LABELS, class_view_specs};
 use crate::loss::StateLoss;
+use crate::mixed;
 use crate::reduce::sum_all;
 
-/// The state loss of `head.forward(features)` computed as the module docs describe.
+/// The state loss of `head.forward(features)` in `precision`, computed as the module docs
+/// describe.
 ///
 /// # Shapes
 /// - `features`: `[batch, seq, d]`; `targets`: `[batch, seq, 75]`; `valid`: `[batch, seq]`
 ///
 /// The caller checks that the shapes fit together.
 pub(crate) fn device_fused_state_loss(
+    precision: Precision,
     features: Tensor<3>,
     head: &Linear,
     targets: Tensor<3, Int>,
@@ -53,18 +64,23 @@ pub(crate) fn device_fused_state_loss(
     let [batch, seq, d] = features.dims();
     let steps = batch * seq;
     let x = features.clone().inner().reshape([steps, d]);
-    let z = untracked_logits(x.clone(), head);
+    let w = head.weight.val().inner();
+    let bias = head.bias.as_ref().map(|b| b.val().inner());
+    let z = mixed::product(precision, x.clone(), w.clone(), bias);
     let targets = targets.inner().reshape([steps, N_LABELS]);
     let mask = valid.inner().float().reshape([steps, 1]);
-    let denom = sum_all(mask.clone()).mul_scalar(N_LABELS as f32); // [1]
+    let valid_steps = sum_all(mask.clone()); // [1]
+    let denom = match precision {
+        Precision::F32 => valid_steps.mul_scalar(N_LABELS as f32),
+        Precision::Bf16 => mixed::bf16_denominator(valid_steps),
+    };
     let weight =
         (mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1])).reshape([steps, 1, 1]);
-    let w = head.weight.val().inner();
     #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
     if z.device() != Device::flex() {
         // cubecl's devices: every label at once, one kernel, then one share of the gradients.
         let (ce, grad) = crate::label_loss::label_losses(z, targets, weight.reshape([steps, 1]));
-        let grads = HeadGradients::of(x, w, grad);
+        let grads = HeadGradients::of_in(precision, x, w, grad);
         let per_step = ce.sum_dim(1); // [steps, 1]
         return finish(features, head, grads, per_step, mask, denom);
     }
@@ -86,7 +102,8 @@ pub(crate) fn device_fused_state_loss(
         // The group's share of the head's gradients, so that no [steps, 1878] gradient is
         // ever assembled: its columns of ∂W and ∂b, and its term of ∂X.
         let columns = w.clone().narrow(1, view.logit_offset, view.n_logits());
-        let part = HeadGradients::of(x.clone(), columns, grad.reshape([steps, labels * classes]));
+        let grad = grad.reshape([steps, labels * classes]);
+        let part = HeadGradients::of_in(precision, x.clone(), columns, grad);
         grad_x = grad_x + part.x;
         grad_w.push(part.weight);
         grad_b.push(part.bias);

@@ -26,9 +26,11 @@
 
 use burn::nn::Linear;
 use burn::prelude::*;
+use burn::tensor::FloatDType;
 use rayon::prelude::*;
 
 use crate::column_sums::sum_rows;
+use crate::config::Precision;
 use crate::error::ModelError;
 use crate::head::{HEAD_OUT, N_LABELS, label_classes};
 use crate::loss::StateLoss;
@@ -206,6 +208,27 @@ impl HeadGradients {
             x: product_of(g.clone(), w, false, true),
             weight: product_of(x, g.clone(), true, false),
             bias: sum_rows(g),
+        }
+    }
+
+    /// [`HeadGradients::of`] in `precision`: for [`Precision::Bf16`] the operands are rounded
+    /// to bf16, the products and the column sum run in bf16 (as the backward pass of a bf16
+    /// `Linear` under autocast), and the gradients come back as f32.
+    pub(crate) fn of_in(
+        precision: Precision,
+        x: Tensor<2>,
+        w: Tensor<2>,
+        g: Tensor<2>,
+    ) -> HeadGradients {
+        if precision == Precision::F32 {
+            return Self::of(x, w, g);
+        }
+        let bf16 = |t: Tensor<2>| t.cast(FloatDType::BF16);
+        let grads = Self::of(bf16(x), bf16(w), bf16(g));
+        HeadGradients {
+            x: grads.x.cast(FloatDType::F32),
+            weight: grads.weight.cast(FloatDType::F32),
+            bias: grads.bias.cast(FloatDType::F32),
         }
     }
 }

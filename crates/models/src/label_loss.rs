@@ -18,7 +18,8 @@
 //! count, where this is one. A target outside its label's classes gives a NaN cross-entropy
 //! (the tensor operations' gather would read some other logit).
 //!
-//! `f32` only: the device's fused loss is refused under `bf16`.
+//! It computes in `f32`; under `bf16` (Mamba-3) the logits it reads are bf16-rounded values in
+//! `f32`, as the generic loss's cross-entropy reads them ([`crate::device_loss`]).
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, Dispatch, backend_extension};

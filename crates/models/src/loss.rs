@@ -139,8 +139,8 @@ pub enum LossKernel {
     /// the `flex` CPU backend.
     FusedCpu,
     /// `fused-device`: the same algebra with burn's tensor operations on the model's device,
-    /// outside the autodiff graph and with no read-back (`src/device_loss.rs`); meant for a
-    /// GPU.
+    /// outside the autodiff graph and with no read-back (`src/device_loss.rs`), in f32 or in
+    /// bf16; meant for a GPU.
     FusedDevice,
 }
 
@@ -235,10 +235,12 @@ pub fn state_loss_with_kernel(
 /// [`Precision::Bf16`] computes the head's products as [`crate::mixed`] describes, the
 /// cross-entropy in f32 on the bf16-rounded logits, and the denominator in bf16 as the
 /// reference's loss under autocast (spec A.4), with burn's tensor operations on any device:
-/// the fused kernels are f32 only, and [`LossKernel::Auto`] takes the generic one there.
+/// the CPU's fused kernel is f32 only, the device's takes the same numbers
+/// ([`crate::device_loss`]), and [`LossKernel::Auto`] takes the generic one in bf16.
 ///
 /// # Errors
-/// As [`state_loss_from_features`]; [`ModelError::InvalidConfig`] for a fused kernel in bf16.
+/// As [`state_loss_from_features`]; [`ModelError::InvalidConfig`] for the CPU's fused kernel in
+/// bf16.
 pub fn state_loss_in(
     precision: Precision,
     kernel: LossKernel,
@@ -252,7 +254,8 @@ pub fn state_loss_in(
     let kernel = match (precision, kernel) {
         (Precision::F32, kernel) => kernel.on(&features.device()),
         (_, LossKernel::Auto | LossKernel::Generic) => LossKernel::Generic,
-        (_, LossKernel::FusedCpu | LossKernel::FusedDevice) => {
+        (_, LossKernel::FusedDevice) => LossKernel::FusedDevice,
+        (_, LossKernel::FusedCpu) => {
             return Err(ModelError::InvalidConfig {
                 field: "loss kernel",
                 reason: format!("{kernel} computes in f32 only, not {precision}"),
@@ -263,7 +266,9 @@ pub fn state_loss_in(
         LossKernel::FusedCpu => {
             fused_state_loss(features, head, &HostTargets::read(targets, valid))
         }
-        LossKernel::FusedDevice => Ok(device_fused_state_loss(features, head, targets, valid)),
+        LossKernel::FusedDevice => Ok(device_fused_state_loss(
+            precision, features, head, targets, valid,
+        )),
         LossKernel::Auto | LossKernel::Generic => {
             let per_step = step_cross_entropy_in(precision, features, head, targets)?;
             let loss = masked_loss(per_step, valid);

@@ -100,7 +100,7 @@ pub fn project<const D: usize>(linear: &Linear, x: Tensor<D>) -> Tensor<D> {
 /// bias's one column sum, in two stages on cubecl's devices ([`crate::column_sums`]; the
 /// bias is added as burn's `linear` adds it, after the product). With `CWM_PRODUCTS=cublas`
 /// the product is cuBLAS's on `cuda`, in either precision ([`crate::products::product_of`]).
-fn product<const D: usize>(
+pub(crate) fn product<const D: usize>(
     precision: Precision,
     x: Tensor<D>,
     weight: Tensor<2>,
