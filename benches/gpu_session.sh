@@ -25,12 +25,16 @@
 #      kernel profiler (the transformer's kernels compiled and tuned in the kernel cache by
 #      then) and the reference's under torch.profiler;
 #   6. round1: every family at d128 and d512, one round;
+#   6a. levers: the cells of step 6 with every lever that is not a default yet, together, for
+#      the fastest figure one more process a cell can give: cuBLAS's products ordered by flags
+#      (on CUDA), the loss fused on the device, and for the transformer its training attention
+#      by kernels (steps 6c, 7 and 10 time each alone);
 #   6b. cublas: the transformer's cells of step 6 (with FAMILIES other than all, its families')
 #      with every `Linear`'s products by cuBLAS in TF32 (`--products cublas`,
 #      crates/models/src/products.rs), against step 6's cubecl kernels;
 #   6c. cublas-async: the same cells with the same products ordered on the GPU by flags, the
 #      host never waiting (`--products cublas-async`, crates/models/src/products/flags.rs);
-#   7. fused-device: the cells of step 6 with cwm's loss fused on the device;
+#   7. fused-device: the cells of step 6 with cwm's loss fused on the device (Mamba-3's in bf16);
 #   7b. tuning-stop: STOP_FAMILIES' cells of step 6 with cubecl's autotuner stopping at the
 #      first kernel within 1/0.8 of the shape's roofline time (CUBECL_AUTOTUNE_SHORT_CIRCUIT=1,
 #      cubecl's default, which cwm turns off on CUDA: docs/gpu-speed.md, "The tuner's early stop"),
@@ -93,7 +97,9 @@
 #
 # Settings (environment): PLAN (above), DEVICE (cuda), FAMILIES (all), SIZES (d128,d512: steps
 # 3, 4, 6 to 11), PROFILE_SIZES (d512,d128: step 5; empty leaves steps 4 and 5 out),
-# PROFILE_FAMILIES (transformer: the families step 5 profiles, comma-separated), PREWARM
+# PROFILE_FAMILIES (transformer: the families step 5 profiles, comma-separated),
+# PROFILE_CWM_ARGS (empty: the arguments of the cwm variant step 5 profiles, as a step's
+# --cwm-args, say "--products cublas-async --loss fused-device"), PREWARM
 # (processes at a time in step 3; 0, the default, leaves it out: on an H200 on 2026-11-27, 8 at a time took
 # 209-220 s for the first two to finish against 89 s for one alone; each holds its cell's GPU
 # memory), PREWARM_S (300), CWM_REFERENCE_FLA_HOPPER (triton: Gated DeltaNet's reference on a
@@ -132,7 +138,8 @@ BATCH=${BATCH:-128}
 SEQ=${SEQ:-256}
 STEPS=${STEPS:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-240}
-STEP_NAMES=compile,transformer,profile,round1,cublas,cublas-async,fused-device,tuning-stop
+STEP_NAMES=compile,transformer,profile,round1,levers,cublas,cublas-async,fused-device
+STEP_NAMES=$STEP_NAMES,tuning-stop
 STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels
 STEP_NAMES=$STEP_NAMES,delta-ops,slice-chunked,round2,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
@@ -309,6 +316,8 @@ compare() {
 profile_one() {
   local family=$1 size=$2 log=$OUT/profile-$1-$2.log step_s limit=$(($(left) - 40))
   local shape=(--arch "$family" --size "$size" --batch "$BATCH" --seq "$SEQ" --warmup 2 --steps 3)
+  local variant=()
+  read -ra variant <<<"${PROFILE_CWM_ARGS:-}"
   if [ "$limit" -lt 20 ]; then
     echo "## $family $size: not run, $(left) s left"
     return 0
@@ -319,12 +328,14 @@ profile_one() {
   step_s=$(python3 -c 'import json, statistics, sys
 steps = [r["median_step_s"] for r in map(json.loads, open(sys.argv[1]))
          if r["side"] == "cwm" and r["cell"]["family"] == sys.argv[2]
-         and r["cell"]["size"] == sys.argv[3] and "cwm_args" not in r["cell"]]
-print(statistics.median(steps) if steps else "")' "$JSONL" "$family" "$size" 2>/dev/null || true)
-  echo "## cwm, $family $size, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps"
+         and r["cell"]["size"] == sys.argv[3] and r["cell"].get("cwm_args", "") == sys.argv[4]
+         and "cwm_env" not in r["cell"]]
+print(statistics.median(steps) if steps else "")' "$JSONL" "$family" "$size" \
+    "${PROFILE_CWM_ARGS:-}" 2>/dev/null || true)
+  echo "## cwm, $family $size, batch $BATCH x $SEQ, 2 warm-up and 3 profiled steps${PROFILE_CWM_ARGS:+, $PROFILE_CWM_ARGS}"
   echo
   if CWM_KERNEL_PROFILE=$log timeout "$limit" "$CWM" model bench --device "$DEVICE" \
-    "${shape[@]}" --json 2>&1; then
+    "${shape[@]}" "${variant[@]}" --json 2>&1; then
     echo
     python3 benches/python/kernel_profile.py "$log" --steps 3 ${step_s:+--step-s "$step_s"} \
       2>&1 || true
@@ -392,6 +403,25 @@ cublas_step() {
     compare "$1" "$VARIANT_FAMILIES" "$SIZES" 1 "--cwm-args=--products $1"
   fi
 }
+# Every lever not yet a default, in one process a cell: the transformer's cells with its
+# attention's kernels too, the other families' without (an argument they would ignore, and the
+# table would name).
+step_levers() {
+  local common=--loss\ fused-device families=() family
+  [ "$DEVICE" = cpu ] || common="--products cublas-async $common"
+  if has_family transformer; then
+    compare "levers (transformer)" transformer "$SIZES" 1 \
+      "--cwm-args=$common --attention kernels"
+  fi
+  for family in ${FAMILY_NAMES//,/ }; do
+    if [ "$family" != transformer ] && has_family "$family"; then families+=("$family"); fi
+  done
+  if [ ${#families[@]} -gt 0 ]; then
+    compare "levers (recurrent)" "$(IFS=,; echo "${families[*]}")" "$SIZES" 1 \
+      "--cwm-args=$common"
+  fi
+}
+
 step_cublas() { cublas_step cublas; }
 step_cublas_async() { cublas_step cublas-async; }
 

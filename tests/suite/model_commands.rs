@@ -883,6 +883,7 @@ fn a_gpu_session_runs_its_steps_in_order_and_goes_on_where_it_stopped() {
             "compile",
             "profile",
             "round1",
+            "levers",
             "cublas",
             "cublas-async",
             "fused-device",
@@ -979,11 +980,29 @@ fn assert_a_plan_runs_its_steps_in_its_order(ws: &Workspace) {
         "{stderr}"
     );
     assert_eq!(read("summary.txt"), summary, "nothing ran");
+
+    // The profile of a variant: its arguments reach cwm's process and head its table.
+    let variant = [
+        ("PLAN", "profile"),
+        ("PROFILE_FAMILIES", "slice_diag"),
+        ("PROFILE_CWM_ARGS", "--loss fused-device"),
+    ];
+    let (code, stderr) = gpu_session(ws, "600", &variant);
+    assert_eq!(code, Some(0), "{stderr}");
+    let profile = read("profile.md");
+    assert!(
+        profile.starts_with(
+            "## cwm, slice_diag d128, batch 2 x 8, 2 warm-up and 3 profiled steps, --loss \
+             fused-device\n"
+        ) && profile.contains("\"loss\":\"fused-device\""),
+        "{profile}"
+    );
 }
 
 /// Each variant's row of a session's tables says what it changed.
 fn assert_variant_notes(tables: &str) {
     for (step, precision) in [
+        ("levers (recurrent)", "fused-device loss, one-pass update;"),
         ("fused-device", "fused-device loss, one-pass update;"),
         (
             "column-single",
