@@ -170,11 +170,12 @@ carry() {
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
   echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
-  echo "  PLAN=round1,embedding-select,slice-chunked,cublas-async FAMILIES=all PROFILE_SIZES= \\"
+  echo "  PLAN=round1,levers,embedding-select,slice-chunked FAMILIES=all PROFILE_SIZES= \\"
   echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
   echo "  then, on the same machine while it is warm, the same again (it resumes), and"
-  echo "  PLAN=cublas-async FAMILIES=slice,slice_diag,mamba2,mamba3,gdn PROFILE_SIZES= \\"
-  echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
+  echo "  PLAN=profile PROFILE_SIZES=d512,d128 PROFILE_FAMILIES=<cells under 1.0x> \\"
+  echo "      PROFILE_CWM_ARGS=\"<their fastest variant>\" PYTHONUNBUFFERED=1 \\"
+  echo "      bash benches/gpu_session.sh 530"
 }
 
 started=$SECONDS
