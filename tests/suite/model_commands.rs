@@ -981,6 +981,18 @@ fn assert_a_plan_runs_its_steps_in_its_order(ws: &Workspace) {
     );
     assert_eq!(read("summary.txt"), summary, "nothing ran");
 
+    // The transformer's levers take its attention's kernels too.
+    let transformer = [("PLAN", "levers"), ("FAMILIES", "transformer")];
+    let (code, stderr) = gpu_session(ws, "600", &transformer);
+    assert_eq!(code, Some(0), "{stderr}");
+    let tables = read("tables.md");
+    assert!(
+        table_row(section(&tables, "levers (transformer)"), "transformer")[8]
+            .starts_with("cwm f32, fused-device loss, one-pass update, attention: kernels;"),
+        "{tables}"
+    );
+    assert!(!tables.contains("## levers (recurrent)"), "{tables}");
+
     // The profile of a variant: its arguments reach cwm's process and head its table.
     let variant = [
         ("PLAN", "profile"),
