@@ -160,6 +160,14 @@ check_names PLAN "$STEP_NAMES" step steps
 check_names PROFILE_FAMILIES "$FAMILY_NAMES" family families
 IFS=, read -ra PLAN_STEPS <<<"$PLAN"
 has_family() { [ "$FAMILIES" = all ] || [[ ,$FAMILIES, == *,$1,* ]]; }
+# Those of the families named (arguments) that FAMILIES has, comma-separated.
+families_among() {
+  local family present=()
+  for family in "$@"; do
+    if has_family "$family"; then present+=("$family"); fi
+  done
+  (IFS=,; echo "${present[*]}")
+}
 # The steps that time one of cwm's variants take the transformer alone when FAMILIES is all.
 if [ "$FAMILIES" = all ]; then VARIANT_FAMILIES=transformer; else VARIANT_FAMILIES=$FAMILIES; fi
 if [ -z "${CWM:-}" ]; then
@@ -407,18 +415,15 @@ cublas_step() {
 # attention's kernels too, the other families' without (an argument they would ignore, and the
 # table would name).
 step_levers() {
-  local common=--loss\ fused-device families=() family
+  local common=--loss\ fused-device others=${FAMILY_NAMES#transformer,} recurrent
   [ "$DEVICE" = cpu ] || common="--products cublas-async $common"
   if has_family transformer; then
     compare "levers (transformer)" transformer "$SIZES" 1 \
       "--cwm-args=$common --attention kernels"
   fi
-  for family in ${FAMILY_NAMES//,/ }; do
-    if [ "$family" != transformer ] && has_family "$family"; then families+=("$family"); fi
-  done
-  if [ ${#families[@]} -gt 0 ]; then
-    compare "levers (recurrent)" "$(IFS=,; echo "${families[*]}")" "$SIZES" 1 \
-      "--cwm-args=$common"
+  recurrent=$(families_among ${others//,/ })
+  if [ -n "$recurrent" ]; then
+    compare "levers (recurrent)" "$recurrent" "$SIZES" 1 "--cwm-args=$common"
   fi
 }
 
@@ -461,13 +466,10 @@ step_delta_ops() {
   fi
 }
 step_slice_chunked() {
-  local families=()
-  for family in slice slice_diag; do
-    if has_family $family; then families+=("$family"); fi
-  done
-  if [ ${#families[@]} -gt 0 ]; then
-    compare slice-chunked "$(IFS=,; echo "${families[*]}")" "$SIZES" 1 \
-      "--cwm-args=--slice-scan chunked"
+  local families
+  families=$(families_among slice slice_diag)
+  if [ -n "$families" ]; then
+    compare slice-chunked "$families" "$SIZES" 1 "--cwm-args=--slice-scan chunked"
   fi
 }
 

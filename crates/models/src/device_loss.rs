@@ -41,10 +41,9 @@ use burn::nn::Linear;
 use burn::prelude::*;
 
 use crate::config::Precision;
-use crate::fused_loss::{HeadGradients, loss_with_head_gradient};
+use crate::fused_loss::{HeadGradients, loss_with_head_gradient, untracked_logits};
 use crate::head::{HEAD_OUT, N_LABELS, class_view_specs};
-use crate::loss::StateLoss;
-use crate::mixed;
+use crate::loss::{StateLoss, denominator};
 use crate::reduce::sum_all;
 
 /// The state loss of `head.forward(features)` in `precision`, computed as the module docs
@@ -64,18 +63,13 @@ pub(crate) fn device_fused_state_loss(
     let [batch, seq, d] = features.dims();
     let steps = batch * seq;
     let x = features.clone().inner().reshape([steps, d]);
-    let w = head.weight.val().inner();
-    let bias = head.bias.as_ref().map(|b| b.val().inner());
-    let z = mixed::product(precision, x.clone(), w.clone(), bias);
+    let z = untracked_logits(precision, x.clone(), head);
     let targets = targets.inner().reshape([steps, N_LABELS]);
     let mask = valid.inner().float().reshape([steps, 1]);
-    let valid_steps = sum_all(mask.clone()); // [1]
-    let denom = match precision {
-        Precision::F32 => valid_steps.mul_scalar(N_LABELS as f32),
-        Precision::Bf16 => mixed::bf16_denominator(valid_steps),
-    };
+    let denom = denominator(precision, sum_all(mask.clone())); // [1]
     let weight =
         (mask.clone() / denom.clone().clamp_min(1.0).reshape([1, 1])).reshape([steps, 1, 1]);
+    let w = head.weight.val().inner();
     #[cfg(any(feature = "cuda", feature = "cube-cpu"))]
     if z.device() != Device::flex() {
         // cubecl's devices: every label at once, one kernel, then one share of the gradients.

@@ -34,6 +34,7 @@ use crate::config::Precision;
 use crate::error::ModelError;
 use crate::head::{HEAD_OUT, N_LABELS, label_classes};
 use crate::loss::StateLoss;
+use crate::mixed;
 use crate::products::product_of;
 use crate::reduce::sum_all;
 
@@ -136,7 +137,7 @@ pub(crate) fn fused_state_loss(
         )));
     }
     let x = features.clone().inner().reshape([steps, d]);
-    let mut grad: Vec<f32> = untracked_logits(x.clone(), head)
+    let mut grad: Vec<f32> = untracked_logits(Precision::F32, x.clone(), head)
         .into_data()
         .try_into_vec::<f32>()
         .map_err(|e| ModelError::Shape(format!("logits are not f32: {e:?}")))?;
@@ -178,16 +179,13 @@ pub(crate) fn fused_state_loss(
     })
 }
 
-/// The head's logits `X·W + b` outside the autodiff graph.
+/// The head's logits `X·W + b` in `precision` ([`crate::mixed`]) outside the autodiff graph.
 ///
 /// # Shapes
 /// - `x`: `[steps, d]`, untracked; output: `[steps, 1878]`, untracked
-pub(crate) fn untracked_logits(x: Tensor<2>, head: &Linear) -> Tensor<2> {
-    let z = product_of(x, head.weight.val().inner(), false, false);
-    match &head.bias {
-        Some(b) => z + b.val().inner().reshape([1, HEAD_OUT]),
-        None => z,
-    }
+pub(crate) fn untracked_logits(precision: Precision, x: Tensor<2>, head: &Linear) -> Tensor<2> {
+    let bias = head.bias.as_ref().map(|b| b.val().inner());
+    mixed::product(precision, x, head.weight.val().inner(), bias)
 }
 
 /// The gradients of the head's input, weight and bias, outside the autodiff graph.

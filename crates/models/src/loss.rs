@@ -121,7 +121,11 @@ pub fn state_loss(
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
     check_mask(&logits, &valid, "logits")?;
-    Ok(masked_loss(step_cross_entropy(logits, targets)?, valid))
+    Ok(masked_loss(
+        Precision::F32,
+        step_cross_entropy(logits, targets)?,
+        valid,
+    ))
 }
 
 /// Which implementation computes the state loss from features. All give the same value and
@@ -271,11 +275,7 @@ pub fn state_loss_in(
         )),
         LossKernel::Auto | LossKernel::Generic => {
             let per_step = step_cross_entropy_in(precision, features, head, targets)?;
-            let loss = masked_loss(per_step, valid);
-            Ok(match precision {
-                Precision::F32 => loss,
-                Precision::Bf16 => loss.with_bf16_denominator(),
-            })
+            Ok(masked_loss(precision, per_step, valid))
         }
     }
 }
@@ -296,7 +296,8 @@ impl StateLoss {
     /// The same sum over the reference's denominator under bf16 autocast
     /// ([`crate::mixed::bf16_denominator`]); `loss` follows.
     pub fn with_bf16_denominator(self) -> StateLoss {
-        let denom = mixed::bf16_denominator(self.denom.div_scalar(N_LABELS as f32));
+        let valid_steps = self.denom.div_scalar(N_LABELS as f32);
+        let denom = denominator(Precision::Bf16, valid_steps);
         let loss = self.loss_sum.clone() / denom.clone().clamp_min(1.0);
         StateLoss {
             loss,
@@ -306,11 +307,21 @@ impl StateLoss {
     }
 }
 
-/// The masked sum, its denominator and their ratio, from per-step cross-entropies.
-fn masked_loss(per_step: Tensor<2>, valid: Tensor<2, Bool>) -> StateLoss {
+/// The loss's denominator from the number of valid steps (`[1]`): 75 a step in f32, and in
+/// bf16 the reference's count under autocast ([`crate::mixed::bf16_denominator`]).
+pub(crate) fn denominator(precision: Precision, valid_steps: Tensor<1>) -> Tensor<1> {
+    match precision {
+        Precision::F32 => valid_steps.mul_scalar(N_LABELS as f32),
+        Precision::Bf16 => mixed::bf16_denominator(valid_steps),
+    }
+}
+
+/// The masked sum, its denominator in `precision` and their ratio, from per-step
+/// cross-entropies.
+fn masked_loss(precision: Precision, per_step: Tensor<2>, valid: Tensor<2, Bool>) -> StateLoss {
     let mask = valid.float();
     let loss_sum = sum_all(per_step * mask.clone());
-    let denom = sum_all(mask) * (N_LABELS as f64);
+    let denom = denominator(precision, sum_all(mask));
     let loss = loss_sum.clone() / denom.clone().clamp_min(1.0);
     StateLoss {
         loss,
