@@ -143,7 +143,8 @@ STEP_NAMES=$STEP_NAMES,tuning-stop
 STEP_NAMES=$STEP_NAMES,column-single,embedding-select,update-ops,fusion-burn,attention-kernels
 STEP_NAMES=$STEP_NAMES,delta-ops,slice-chunked,round2,all-sizes
 PLAN=${PLAN:-$STEP_NAMES}
-FAMILY_NAMES=transformer,slice,slice_diag,mamba2,mamba3,gdn,gdn_pos
+RECURRENT_NAMES=slice,slice_diag,mamba2,mamba3,gdn,gdn_pos
+FAMILY_NAMES=transformer,$RECURRENT_NAMES
 # Refuses, before anything runs, a name in the variable VAR's comma-separated value that is not
 # one of KNOWN: check_names VAR KNOWN KIND KINDS (KIND and its plural, for the message).
 check_names() {
@@ -415,13 +416,13 @@ cublas_step() {
 # attention's kernels too, the other families' without (an argument they would ignore, and the
 # table would name).
 step_levers() {
-  local common=--loss\ fused-device others=${FAMILY_NAMES#transformer,} recurrent
+  local common=--loss\ fused-device recurrent
   [ "$DEVICE" = cpu ] || common="--products cublas-async $common"
   if has_family transformer; then
     compare "levers (transformer)" transformer "$SIZES" 1 \
       "--cwm-args=$common --attention kernels"
   fi
-  recurrent=$(families_among ${others//,/ })
+  recurrent=$(families_among ${RECURRENT_NAMES//,/ })
   if [ -n "$recurrent" ]; then
     compare "levers (recurrent)" "$recurrent" "$SIZES" 1 "--cwm-args=$common"
   fi

@@ -89,7 +89,7 @@ pub use head::{
 pub use hidden::{Tap, features_by_layer, features_with_edit, layer_name, logits_with_edit};
 pub use loss::{
     LossKernel, StateLoss, state_loss, state_loss_from_features, state_loss_in,
-    state_loss_with_kernel, step_cross_entropy, valid_mask,
+    state_loss_of_logits, state_loss_with_kernel, step_cross_entropy, valid_mask,
 };
 pub use metrics::{BinCounts, StateMetrics, correct_counts};
 pub use model::{Model, StateModel, params, params_of};

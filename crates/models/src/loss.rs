@@ -120,12 +120,23 @@ pub fn state_loss(
     targets: Tensor<3, Int>,
     valid: Tensor<2, Bool>,
 ) -> Result<StateLoss, ModelError> {
+    state_loss_of_logits(Precision::F32, logits, targets, valid)
+}
+
+/// [`state_loss`] over `precision`'s denominator: in bf16 the reference's count under autocast
+/// ([`crate::mixed::bf16_denominator`]), for logits a bf16 model computed (already rounded).
+///
+/// # Errors
+/// As [`state_loss`].
+pub fn state_loss_of_logits(
+    precision: Precision,
+    logits: Tensor<3>,
+    targets: Tensor<3, Int>,
+    valid: Tensor<2, Bool>,
+) -> Result<StateLoss, ModelError> {
     check_mask(&logits, &valid, "logits")?;
-    Ok(masked_loss(
-        Precision::F32,
-        step_cross_entropy(logits, targets)?,
-        valid,
-    ))
+    let per_step = step_cross_entropy(logits, targets)?;
+    Ok(masked_loss(precision, per_step, valid))
 }
 
 /// Which implementation computes the state loss from features. All give the same value and
@@ -290,21 +301,6 @@ fn check_mask(x: &Tensor<3>, valid: &Tensor<2, Bool>, what: &str) -> Result<(), 
         )));
     }
     Ok(())
-}
-
-impl StateLoss {
-    /// The same sum over the reference's denominator under bf16 autocast
-    /// ([`crate::mixed::bf16_denominator`]); `loss` follows.
-    pub fn with_bf16_denominator(self) -> StateLoss {
-        let valid_steps = self.denom.div_scalar(N_LABELS as f32);
-        let denom = denominator(Precision::Bf16, valid_steps);
-        let loss = self.loss_sum.clone() / denom.clone().clamp_min(1.0);
-        StateLoss {
-            loss,
-            loss_sum: self.loss_sum,
-            denom,
-        }
-    }
 }
 
 /// The loss's denominator from the number of valid steps (`[1]`): 75 a step in f32, and in

@@ -42,8 +42,8 @@ use burn::prelude::*;
 use cwm_formats::Versioned;
 use cwm_formats::train::{Hparams, TrainSummary};
 use cwm_models::{
-    Model, ModelConfig, Precision, StateMetrics, StateModel, correct_counts, rng_lock, save_model,
-    state_loss,
+    Model, ModelConfig, StateMetrics, StateModel, correct_counts, rng_lock, save_model,
+    state_loss_of_logits,
 };
 use cwm_stage_data::{ShardReader, TokenizedGame};
 use serde_json::{Map, Value};
@@ -166,10 +166,7 @@ pub fn validate(
         let batch = Batch::collate(&games, max_steps);
         let (moves, targets, mask) = batch.tensors(&device)?;
         let logits = model.logits(moves);
-        let mut loss = state_loss(logits.clone(), targets.clone(), mask)?;
-        if model.precision() == Precision::Bf16 {
-            loss = loss.with_bf16_denominator();
-        }
+        let loss = state_loss_of_logits(model.precision(), logits.clone(), targets.clone(), mask)?;
         let correct = correct_counts(logits, targets)?;
         metrics.add_tensors(correct, &batch.lengths, &loss)?;
         batches += 1;
