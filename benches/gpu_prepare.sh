@@ -170,7 +170,7 @@ carry() {
   [ -f "$cache" ] \
     || echo "no kernel cache ($cache): every process compiles its kernels (~90 s on an H200)"
   echo "the calls (docs/gpu.md, 'The next GPU session'), each with a call limit of 590 s:"
-  echo "  PLAN=round1,levers,embedding-select,slice-chunked FAMILIES=all PROFILE_SIZES= \\"
+  echo "  PLAN=levers,round1,embedding-select,slice-chunked FAMILIES=all PROFILE_SIZES= \\"
   echo "      MORE_SIZES= PYTHONUNBUFFERED=1 bash benches/gpu_session.sh 530"
   echo "  then, on the same machine while it is warm, the same again (it resumes), and"
   echo "  PLAN=profile PROFILE_SIZES=d512,d128 PROFILE_FAMILIES=<cells under 1.0x> \\"
